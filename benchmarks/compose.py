@@ -1,0 +1,115 @@
+"""Composition speed against the JPEG floor, and the Prefect flow's overhead over a plain loop.
+
+    python benchmarks/compose.py [--compose-images 200] [--flow-images 1000]
+
+Prints, from one run:
+1. composition images/s on one core at 1280x720, 1-3 obstacles, harmonization on (the whole
+   per-image job: compose, JPEG encode, RLE labels, file writes);
+2. the JPEG decode+encode floor on the same images, in the same run;
+3. wall time of the build flow over a plain loop of the same library calls on the same N images
+   (one worker each; the Prefect server is started before timing, and its start is printed apart).
+Targets (issue 2): composition >= 0.5x the floor; flow <= 1.10x the loop at 1,000 images.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import cv2  # noqa: E402
+
+from synrail import pipeline  # noqa: E402
+from synrail.config import load_config  # noqa: E402
+from synrail.export.dataset import export_dataset  # noqa: E402
+from synrail.store import Store  # noqa: E402
+
+
+def pin_to_one_core() -> None:
+    cv2.setNumThreads(1)
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+
+
+def prepare_inputs(cfg, cache: Store):
+    backgrounds = [pipeline.prepare_background(cfg, i, cache) for i in range(cfg.backgrounds.count)]
+    gallery = [pipeline.prepare_gallery_item(cfg, c, i, cache) for c, i in pipeline.gallery_plan(cfg)]
+    return backgrounds, gallery
+
+
+def library_loop(cfg, out: Store, cache: Store) -> None:
+    """The whole build as a plain loop over the same library calls the flow's tasks make."""
+    backgrounds, gallery = prepare_inputs(cfg, cache)
+    chunks = [pipeline.compose_chunk(cfg, a, b, backgrounds, gallery, cache, out)
+              for a, b in pipeline.chunk_ranges(cfg.num_images, cfg.execution.chunk_size)]
+    export_dataset(cfg, chunks, backgrounds, gallery, out)
+
+
+def composition_vs_floor(n: int, work: Path) -> None:
+    cfg = load_config(ROOT / "configs/default.yaml", {"num_images": n, "compose.obstacles_per_image": [1, 3],
+                                                      "compose.harmonize": "lab"})
+    cache, out = Store(str(work / "cache")), Store(str(work / "compose-out"))
+    backgrounds, gallery = prepare_inputs(cfg, cache)
+    started = time.perf_counter()
+    pipeline.compose_chunk(cfg, 0, n, backgrounds, gallery, cache, out)
+    compose_rate = n / (time.perf_counter() - started)
+
+    jpegs = [p.read_bytes() for p in sorted((work / "compose-out" / "images").rglob("*.jpg"))]
+    params = [cv2.IMWRITE_JPEG_QUALITY, cfg.image.jpeg_quality]
+    started = time.perf_counter()
+    for data in jpegs:
+        image = pipeline.decode_image(data, cv2.IMREAD_COLOR, "benchmark image")
+        pipeline.encode_image(image, ".jpg", params)
+    floor_rate = len(jpegs) / (time.perf_counter() - started)
+    print(f"composition, 1 core, {cfg.image.width}x{cfg.image.height}, 1-3 obstacles, harmonize=lab: "
+          f"{compose_rate:.1f} images/s")
+    print(f"JPEG decode+encode floor, same images, same run:           {floor_rate:.1f} images/s")
+    print(f"  composition / floor = {compose_rate / floor_rate:.2f}  (target >= 0.50)")
+
+
+def flow_vs_loop(n: int, work: Path) -> None:
+    os.environ.setdefault("PREFECT_HOME", str(work / "prefect-home"))
+    from flows.prefect_env import configure_prefect_environment
+
+    configure_prefect_environment(verbose=False)
+    from prefect import flow
+
+    from flows.build_dataset import build_with_runner
+
+    cfg = load_config(ROOT / "configs/default.yaml", {"num_images": n, "execution.max_workers": 1})
+    started = time.perf_counter()
+    library_loop(cfg, Store(str(work / "loop-out")), Store(str(work / "loop-cache")))
+    loop_s = time.perf_counter() - started
+
+    started = time.perf_counter()
+    flow(name="warm-up")(lambda: None)()  # starts the ephemeral API server
+    server_s = time.perf_counter() - started
+    started = time.perf_counter()
+    build_with_runner(cfg, str(work / "flow-out"))
+    flow_s = time.perf_counter() - started
+    print(f"{n} images, 1 worker: plain library loop {loop_s:.1f} s, build flow {flow_s:.1f} s "
+          f"(+ {server_s:.1f} s ephemeral server start, paid once per process)")
+    print(f"  flow / loop = {flow_s / loop_s:.3f}  (target <= 1.10); with server start "
+          f"{(flow_s + server_s) / loop_s:.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--compose-images", type=int, default=200)
+    parser.add_argument("--flow-images", type=int, default=1000)
+    args = parser.parse_args()
+    pin_to_one_core()
+    with tempfile.TemporaryDirectory(prefix="synrail-bench-") as tmp:
+        composition_vs_floor(args.compose_images, Path(tmp))
+        if args.flow_images:
+            flow_vs_loop(args.flow_images, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""The dataset build as a Prefect flow: backgrounds and obstacles fan out, compositions run in
+chunks, export gathers them. Entry point for ``synrail build`` and for prefect.yaml."""
+
+from __future__ import annotations
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from prefect import flow, unmapped
+from prefect.artifacts import create_markdown_artifact, create_progress_artifact, create_table_artifact, \
+    update_progress_artifact
+from prefect.futures import as_completed
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from synrail.config import BuildConfig
+from synrail.export.dataset import ExportSummary
+from synrail.output import claim_output
+from synrail.pipeline import BackgroundRecord, ChunkRecord, GalleryRecord, chunk_ranges, gallery_plan
+from synrail.store import Store
+from tasks import build as t
+
+
+def default_cache_url(out_url: str) -> str:
+    return Store(out_url).url(".synrail/cache")
+
+
+@flow(name="build-dataset", log_prints=True)
+def build_dataset(config: BuildConfig, out_url: str, overwrite: bool = False,
+                  show_progress: bool = False) -> ExportSummary:
+    """Build the dataset ``config`` describes into ``out_url``."""
+    out = Store(out_url)
+    claim_output(out, config, overwrite)
+    cache_url = config.execution.cache_url or default_cache_url(out.root_url)
+    background_task = t.cached(t.prepare_background, "background", cache_url)
+    obstacle_task = t.cached(t.prepare_obstacle, "obstacle", cache_url)
+    compose_task = t.cached(t.compose_chunk, "compose", cache_url)
+    export_task = t.cached(t.export, "export", cache_url)
+
+    backgrounds = background_task.map(unmapped(config), range(config.backgrounds.count), unmapped(cache_url))
+    plan = gallery_plan(config)
+    obstacles = obstacle_task.map(unmapped(config), [c for c, _ in plan], [i for _, i in plan], unmapped(cache_url))
+    background_records = t.as_records(BackgroundRecord, backgrounds.result())
+    gallery_records = t.as_records(GalleryRecord, obstacles.result())
+
+    chunks = [compose_task.submit(config, first, stop, background_records, gallery_records, cache_url, out.root_url)
+              for first, stop in chunk_ranges(config.num_images, config.execution.chunk_size)]
+    progress_id = create_progress_artifact(progress=0.0, description="images composed")
+    with Progress(TextColumn("composing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  disable=not show_progress) as bar:
+        images = bar.add_task("compose", total=config.num_images)
+        for future in as_completed(chunks):
+            # .result() raises, and so fails the flow, when a chunk has failed for good
+            bar.advance(images, ChunkRecord.model_validate(future.result()).num_images)
+            update_progress_artifact(artifact_id=progress_id,
+                                     progress=100.0 * bar.tasks[0].completed / config.num_images)
+
+    chunk_records = t.as_records(ChunkRecord, [c.result() for c in chunks])
+    summary = ExportSummary.model_validate(export_task(config, chunk_records, background_records, gallery_records,
+                                                       out.root_url))
+    _publish(summary, out)
+    return summary
+
+
+def _publish(summary: ExportSummary, out: Store) -> None:
+    """Dataset statistics and the card for the Prefect UI."""
+    create_table_artifact(key="dataset-counts", description=f"SynRail build at {summary.out_url}", table=[
+        {"split": split, "images": n, "annotations": summary.annotations_per_split.get(split, 0)}
+        for split, n in summary.images_per_split.items()])
+    create_markdown_artifact(key="dataset-card", markdown=out.read_text("dataset_card.md"))
+
+
+def build_with_runner(config: BuildConfig, out_url: str, overwrite: bool = False,
+                      show_progress: bool = False) -> ExportSummary:
+    """Run :func:`build_dataset` with a thread pool bounded by ``execution.max_workers``."""
+    runner = ThreadPoolTaskRunner(max_workers=config.execution.max_workers)
+    return build_dataset.with_options(task_runner=runner)(config, out_url, overwrite, show_progress)

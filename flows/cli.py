@@ -1,0 +1,104 @@
+"""``synrail`` command line. It lives beside the flows it runs, so that ``synrail/`` stays Prefect-free.
+
+Exit codes: 0 done, 1 the build failed, 2 bad input (config, output folder, arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from flows.prefect_env import configure_prefect_environment
+from synrail.config import ConfigError, load_config, parse_override
+from synrail.output import OutputConflict, claim_output
+from synrail.store import Store, StoreError
+
+console = Console(stderr=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="synrail", description="Synthetic railway-obstacle detection datasets.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build", help="build a dataset (a Prefect flow; ephemeral local mode by default)")
+    build.add_argument("--config", default=None, help="YAML config (default: the built-in defaults)")
+    build.add_argument("--out", required=True, help="output folder or URL (file://, s3://)")
+    build.add_argument("--num-images", type=int, help="override num_images")
+    build.add_argument("--seed", type=int, help="override seed")
+    build.add_argument("--overwrite", action="store_true",
+                       help="delete what --out holds when it is not this build, then build")
+    build.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                       help="override any config field, e.g. --set compose.scale=linear (repeatable)")
+    build.add_argument("--no-progress", action="store_true", help="no progress bar")
+    build.add_argument("--verbose", action="store_true", help="show Prefect's own log lines on the console")
+    return parser
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, object]:
+    overrides = dict(parse_override(text) for text in args.set)
+    if args.num_images is not None:
+        overrides["num_images"] = args.num_images
+    if args.seed is not None:
+        overrides["seed"] = args.seed
+    return overrides
+
+
+def _summary_table(summary, seconds: float) -> Table:
+    table = Table(title=f"SynRail build: {summary.out_url}  ({seconds:.1f} s)")
+    table.add_column("split")
+    table.add_column("images", justify="right")
+    table.add_column("annotations", justify="right")
+    for split, images in summary.images_per_split.items():
+        table.add_row(split, str(images), str(summary.annotations_per_split.get(split, 0)))
+    return table
+
+
+def _class_table(summary) -> Table:
+    table = Table(title="annotations per class")
+    table.add_column("class")
+    table.add_column("annotations", justify="right")
+    for name, count in summary.annotations_per_class.items():
+        table.add_row(name, str(count))
+    return table
+
+
+def build_command(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config, _overrides(args))
+    except ConfigError as err:
+        console.print(f"[red]error:[/red] {err}", highlight=False)
+        return 2
+    configure_prefect_environment(verbose=args.verbose)
+    from flows.build_dataset import build_with_runner  # Prefect reads its settings when imported
+
+    started = time.perf_counter()
+    try:
+        claim_output(Store(args.out), config, args.overwrite)  # refuse early, before any flow run starts
+    except (OutputConflict, StoreError) as err:
+        console.print(f"[red]error:[/red] {err}", highlight=False)
+        return 2
+    try:
+        summary = build_with_runner(config, args.out, show_progress=not args.no_progress and console.is_terminal)
+    except Exception as err:  # the flow run's own log has the traceback
+        console.print(f"[red]build failed:[/red] {type(err).__name__}: {err}", highlight=False)
+        return 1
+    seconds = time.perf_counter() - started
+    console.print(_summary_table(summary, seconds))
+    console.print(_class_table(summary))
+    console.print(f"dataset: {summary.out_url}  (data.yaml, annotations/, dataset_card.md)", highlight=False)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "build":
+        return build_command(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""One composite: obstacles placed on the track, scaled, occluding each other, pasted, labelled.
+
+Every label comes from the pixels that are actually visible in the final image: an obstacle's
+mask minus the nearer obstacles drawn over it, cut at the image border. Obstacles that would be
+left mostly hidden are removed *before* pasting, so no pixel of an unlabelled obstacle remains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import cv2
+import numpy as np
+
+from synrail.compose.harmonize import harmonize_lab, ring_pixels
+from synrail.compose.placement import (GroundPoint, linear_pixel_width, metric_pixel_height,
+                                       sample_ground_point)
+from synrail.config import ComposeConfig
+from synrail.rail.geometry import CameraGeometry
+
+_RING_SHARE = 0.15  # harmonization ring width as a share of the object's height
+
+
+@dataclass(frozen=True)
+class SceneBackground:
+    """What the compositor needs to know about one background frame."""
+
+    image: np.ndarray  # H x W x 3 uint8, BGR
+    track_mask: np.ndarray  # H x W bool
+    track_rows: Mapping[int, np.ndarray]  # row -> track columns (placement.track_rows)
+    geometry: CameraGeometry
+    fog_beta: float = 0.0  # extinction coefficient (1/m) the background was rendered or seen with
+    airlight_bgr: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class GalleryCutout:
+    cutout_id: str
+    class_name: str
+    source: str
+    rgba: np.ndarray  # h x w x 4 uint8, BGRA, alpha 0/255
+    height_m: float
+
+
+@dataclass
+class Placement:
+    cutout: GalleryCutout
+    point: GroundPoint
+    height_m: float
+    bgr: np.ndarray  # resized cutout colours
+    mask: np.ndarray  # resized cutout mask (bool), full object
+    x0: int  # image column of the cutout's left edge (may be negative)
+    y0: int  # image row of its top edge
+    image_mask: np.ndarray = field(repr=False, default=None)  # H x W bool, the in-image part
+
+    @property
+    def full_px(self) -> int:
+        return int(self.mask.sum())
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A labelled obstacle of a finished composite."""
+
+    class_name: str
+    cutout_id: str
+    source: str
+    distance_m: float
+    height_m: float
+    ground_uv: tuple[int, int]
+    visible_mask: np.ndarray  # H x W bool
+    visibility: float  # visible / full object pixels, in (0, 1]
+    truncated: bool  # part of the object lies outside the image
+    occluded: bool  # part of the in-image object is hidden by a nearer one
+
+
+@dataclass(frozen=True)
+class Composite:
+    image: np.ndarray
+    instances: list[Instance]
+
+
+def resize_cutout(rgba: np.ndarray, height_px: float) -> tuple[np.ndarray, np.ndarray]:
+    """Scale a cutout to ``height_px`` rows; returns (BGR, bool mask)."""
+    new_h = max(1, int(round(height_px)))
+    new_w = max(1, int(round(rgba.shape[1] * new_h / rgba.shape[0])))
+    interpolation = cv2.INTER_AREA if new_h < rgba.shape[0] else cv2.INTER_LINEAR
+    scaled = cv2.resize(rgba, (new_w, new_h), interpolation=interpolation)
+    return np.ascontiguousarray(scaled[:, :, :3]), scaled[:, :, 3] >= 128
+
+
+def feathered_alpha(mask: np.ndarray, feather_px: float) -> np.ndarray:
+    """Alpha that ramps up over ``feather_px`` inside the mask and is zero outside it."""
+    if feather_px <= 0:
+        return mask.astype(np.float32)
+    inside = cv2.distanceTransform(np.pad(mask, 1).astype(np.uint8), cv2.DIST_L2, 3)[1:-1, 1:-1]
+    return np.clip(inside / feather_px, 0.0, 1.0)
+
+
+def _pixel_height(bg: SceneBackground, cutout: GalleryCutout, point: GroundPoint, height_m: float,
+                  cfg: ComposeConfig, rng: np.random.Generator) -> float:
+    if cfg.scale == "metric":
+        return metric_pixel_height(bg.geometry, point, height_m)
+    beta_scale = bg.geometry.width / cfg.linear.reference_width
+    width = linear_pixel_width(len(bg.track_rows[point.v]), rng.uniform(*cfg.linear.alpha),
+                               rng.uniform(*cfg.linear.beta) * beta_scale)
+    return width * cutout.rgba.shape[0] / cutout.rgba.shape[1]
+
+
+def _image_mask(p: Placement, height: int, width: int) -> np.ndarray:
+    canvas = np.zeros((height, width), dtype=bool)
+    h, w = p.mask.shape
+    ys, xs = slice(max(p.y0, 0), min(p.y0 + h, height)), slice(max(p.x0, 0), min(p.x0 + w, width))
+    if ys.start < ys.stop and xs.start < xs.stop:
+        canvas[ys, xs] = p.mask[ys.start - p.y0:ys.stop - p.y0, xs.start - p.x0:xs.stop - p.x0]
+    return canvas
+
+
+def place_obstacle(bg: SceneBackground, cutout: GalleryCutout, cfg: ComposeConfig,
+                   rng: np.random.Generator) -> Placement | None:
+    """Try up to ``max_attempts`` ground points; None when none gives a usable obstacle."""
+    for _ in range(cfg.max_attempts):
+        point = sample_ground_point(bg.geometry, bg.track_rows, cfg.distance_m, rng)
+        if point is None:
+            continue
+        height_m = cutout.height_m * rng.uniform(1 - cfg.size_jitter, 1 + cfg.size_jitter)
+        height_px = _pixel_height(bg, cutout, point, height_m, cfg, rng)
+        if height_px < cfg.min_height_px:
+            continue
+        bgr, mask = resize_cutout(cutout.rgba, height_px)
+        if not mask.any():
+            continue
+        rows, cols = np.nonzero(mask)
+        foot_col = int(round((cols.min() + cols.max()) / 2))  # bottom-centre of the silhouette
+        p = Placement(cutout=cutout, point=point, height_m=height_m, bgr=bgr, mask=mask,
+                      x0=point.u - foot_col, y0=point.v - int(rows.max()))
+        p.image_mask = _image_mask(p, *bg.track_mask.shape)
+        if p.image_mask.any():
+            return p
+    return None
+
+
+def _visible_masks(ordered: Sequence[Placement]) -> list[np.ndarray]:
+    """Visible part of each placement, ``ordered`` far to near (nearer ones cover farther ones)."""
+    covered = np.zeros_like(ordered[0].image_mask)
+    visible: list[np.ndarray] = [None] * len(ordered)  # type: ignore[list-item]
+    for i in range(len(ordered) - 1, -1, -1):
+        visible[i] = ordered[i].image_mask & ~covered
+        covered |= ordered[i].image_mask
+    return visible
+
+
+def drop_hidden(placements: Sequence[Placement], cfg: ComposeConfig) -> tuple[list[Placement], list[np.ndarray]]:
+    """Sort far to near and remove, worst first, obstacles too hidden to label; return survivors and masks."""
+    kept = sorted(placements, key=lambda p: -p.point.distance_m)
+    while kept:
+        visible = _visible_masks(kept)
+        scores = [(int(m.sum()), int(m.sum()) / p.full_px) for p, m in zip(kept, visible)]
+        failing = [i for i, (px, vis) in enumerate(scores) if vis < cfg.min_visibility or px < cfg.min_visible_px]
+        if not failing:
+            return kept, visible
+        del kept[min(failing, key=lambda i: scores[i][1])]
+    return [], []
+
+
+def _paste(canvas: np.ndarray, p: Placement, bg: SceneBackground, cfg: ComposeConfig) -> None:
+    """Harmonize, fog and alpha-blend one placement into ``canvas`` in place (the paper's eq. 2)."""
+    height, width = canvas.shape[:2]
+    h, w = p.mask.shape
+    y0, y1, x0, x1 = max(p.y0, 0), min(p.y0 + h, height), max(p.x0, 0), min(p.x0 + w, width)
+    crop = (slice(y0 - p.y0, y1 - p.y0), slice(x0 - p.x0, x1 - p.x0))
+    obj, mask = p.bgr[crop], p.mask[crop]
+    if cfg.harmonize == "lab":
+        ring = max(2, int(round(_RING_SHARE * h)))
+        ry0, ry1, rx0, rx1 = max(y0 - ring, 0), min(y1 + ring, height), max(x0 - ring, 0), min(x1 + ring, width)
+        ring_mask = p.image_mask[ry0:ry1, rx0:rx1]
+        obj = harmonize_lab(obj, mask, ring_pixels(canvas[ry0:ry1, rx0:rx1], ring_mask, ring), cfg.harmonize_strength)
+    colour = obj.astype(np.float32)
+    if bg.fog_beta > 0:  # the same atmosphere the background was seen through, at this distance
+        t = float(np.exp(-bg.fog_beta * p.point.distance_m))
+        colour = colour * t + np.asarray(bg.airlight_bgr, dtype=np.float32) * (1 - t)
+    alpha = feathered_alpha(p.mask, cfg.feather_px)[crop][:, :, None]
+    roi = canvas[y0:y1, x0:x1].astype(np.float32)
+    canvas[y0:y1, x0:x1] = np.clip(alpha * colour + (1 - alpha) * roi + 0.5, 0, 255).astype(np.uint8)
+
+
+def compose_image(bg: SceneBackground, gallery: Mapping[str, Sequence[GalleryCutout]], classes: Sequence[str],
+                  cfg: ComposeConfig, rng: np.random.Generator) -> Composite:
+    """Place 1..k obstacles from ``gallery`` (class -> cutouts) on ``bg`` and label what stays visible."""
+    count = int(rng.integers(cfg.obstacles_per_image[0], cfg.obstacles_per_image[1] + 1))
+    placements = []
+    for _ in range(count):
+        class_name = classes[int(rng.integers(len(classes)))]
+        options = gallery[class_name]
+        placement = place_obstacle(bg, options[int(rng.integers(len(options)))], cfg, rng)
+        if placement is not None:
+            placements.append(placement)
+    kept, visible = drop_hidden(placements, cfg) if placements else ([], [])
+    canvas = bg.image.copy()
+    for p in kept:
+        _paste(canvas, p, bg, cfg)
+    instances = [
+        Instance(class_name=p.cutout.class_name, cutout_id=p.cutout.cutout_id, source=p.cutout.source,
+                 distance_m=p.point.distance_m, height_m=p.height_m, ground_uv=(p.point.u, p.point.v),
+                 visible_mask=m, visibility=float(m.sum()) / p.full_px,
+                 truncated=int(p.image_mask.sum()) < p.full_px, occluded=int(m.sum()) < int(p.image_mask.sum()))
+        for p, m in zip(kept, visible)
+    ]
+    return Composite(image=canvas, instances=instances)

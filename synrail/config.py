@@ -1,0 +1,234 @@
+"""One validated model tree for a whole build, loaded from YAML plus command-line overrides."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
+
+from synrail.sources.procedural_obstacles import OBSTACLE_KINDS
+
+Range = tuple[float, float]
+CONDITIONS = ("normal", "overcast", "fog", "dusk")
+TRACK_TYPES = ("ballasted", "ballastless")
+
+
+class ConfigError(ValueError):
+    """A config that cannot be loaded or validated; the message names the file and field."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _ordered(value: Range, name: str) -> Range:
+    low, high = value
+    if low > high:
+        raise ValueError(f"{name} range must be [low, high], got [{low}, {high}]")
+    return value
+
+
+class ImageConfig(Section):
+    width: int = Field(default=1280, ge=64, le=8192)
+    height: int = Field(default=720, ge=64, le=8192)
+    jpeg_quality: int = Field(default=92, ge=50, le=100)
+
+
+class SplitConfig(Section):
+    train: float = Field(default=0.8, ge=0, le=1)
+    val: float = Field(default=0.1, ge=0, le=1)
+    test: float = Field(default=0.1, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _sums_to_one(self) -> "SplitConfig":
+        total = self.train + self.val + self.test
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"train + val + test must sum to 1, got {total:g}")
+        return self
+
+    def fractions(self) -> dict[str, float]:
+        return {"train": self.train, "val": self.val, "test": self.test}
+
+
+class CameraConfig(Section):
+    height_m: Range = (2.2, 2.9)
+    pitch_deg: Range = (1.5, 4.5)
+    hfov_deg: Range = (50.0, 65.0)
+
+    @field_validator("height_m", "pitch_deg", "hfov_deg")
+    @classmethod
+    def _low_high(cls, value: Range, info: ValidationInfo) -> Range:
+        return _ordered(value, info.field_name)
+
+
+class BackgroundConfig(Section):
+    source: Literal["procedural"] = "procedural"
+    count: int = Field(default=40, ge=1)
+    track_types: tuple[Literal["ballasted", "ballastless"], ...] = TRACK_TYPES
+    conditions: dict[Literal["normal", "overcast", "fog", "dusk"], float] = Field(
+        default_factory=lambda: {"normal": 0.55, "overcast": 0.2, "fog": 0.125, "dusk": 0.125})
+    max_curvature: float = Field(default=0.003, ge=0, le=0.02, description="1 / curve radius, in 1/m")
+    max_offset_m: float = Field(default=0.15, ge=0, le=1.0)
+    camera: CameraConfig = CameraConfig()
+
+    @field_validator("conditions")
+    @classmethod
+    def _positive_weights(cls, weights: dict[str, float]) -> dict[str, float]:
+        if not weights or any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
+            raise ValueError("conditions need non-negative weights with a positive sum")
+        return weights
+
+    @field_validator("track_types")
+    @classmethod
+    def _non_empty(cls, types: tuple[str, ...]) -> tuple[str, ...]:
+        if not types:
+            raise ValueError(f"track_types needs at least one of {list(TRACK_TYPES)}")
+        return types
+
+
+class GalleryConfig(Section):
+    source: Literal["procedural"] = "procedural"
+    per_class: int = Field(default=12, ge=1)
+    render_height_px: int = Field(default=256, ge=32, le=2048)
+
+
+class LinearScaleConfig(Section):
+    """The paper's eq. 1: pasted width W = alpha * w + beta, w the track width in pixels there."""
+
+    alpha: Range = (0.4, 0.6)
+    beta: Range = (30.0, 45.0)
+    reference_width: int = Field(default=1280, ge=1, description="image width beta is given for")
+
+    @field_validator("alpha", "beta")
+    @classmethod
+    def _low_high(cls, value: Range, info: ValidationInfo) -> Range:
+        return _ordered(value, info.field_name)
+
+
+class ComposeConfig(Section):
+    obstacles_per_image: tuple[int, int] = (1, 3)
+    distance_m: Range = (5.0, 75.0)
+    scale: Literal["metric", "linear"] = "metric"
+    size_jitter: float = Field(default=0.1, ge=0, le=0.5, description="relative jitter of physical size")
+    linear: LinearScaleConfig = LinearScaleConfig()
+    min_visibility: float = Field(default=0.3, gt=0, le=1)
+    min_visible_px: int = Field(default=24, ge=1)
+    min_height_px: int = Field(default=6, ge=1)
+    feather_px: float = Field(default=1.5, ge=0, le=10)
+    harmonize: Literal["lab", "none"] = "lab"
+    harmonize_strength: float = Field(default=0.6, ge=0, le=1)
+    max_attempts: int = Field(default=20, ge=1, description="placement tries per obstacle")
+
+    @field_validator("obstacles_per_image")
+    @classmethod
+    def _count_range(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if not 0 <= v[0] <= v[1] <= 50:
+            raise ValueError(f"obstacles_per_image must be [low, high] with 0 <= low <= high <= 50, got {list(v)}")
+        return v
+
+    @field_validator("distance_m")
+    @classmethod
+    def _distance_range(cls, v: Range) -> Range:
+        if not 0 < v[0] <= v[1]:
+            raise ValueError(f"distance_m must be [low, high] with 0 < low <= high, got {list(v)}")
+        return v
+
+
+class ExecutionConfig(Section):
+    """How the build runs. Never changes what it produces, so it is left out of the build hash."""
+
+    chunk_size: int = Field(default=50, ge=1)
+    max_workers: int = Field(default=2, ge=1, le=256)
+    cache_url: str | None = Field(default=None, description="task cache location; default OUT/.synrail/cache")
+
+
+class BuildConfig(Section):
+    name: str = "synrail-demo"
+    seed: int = Field(default=0, ge=0)
+    num_images: int = Field(default=200, ge=1)
+    classes: tuple[str, ...] = OBSTACLE_KINDS
+    image: ImageConfig = ImageConfig()
+    splits: SplitConfig = SplitConfig()
+    backgrounds: BackgroundConfig = BackgroundConfig()
+    gallery: GalleryConfig = GalleryConfig()
+    compose: ComposeConfig = ComposeConfig()
+    execution: ExecutionConfig = ExecutionConfig()
+
+    @field_validator("classes")
+    @classmethod
+    def _known_classes(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [n for n in names if n not in OBSTACLE_KINDS]
+        if unknown or not names or len(set(names)) != len(names):
+            raise ValueError(f"classes must be distinct names from {list(OBSTACLE_KINDS)}, got {list(names)}")
+        return names
+
+    @model_validator(mode="after")
+    def _enough_backgrounds(self) -> "BuildConfig":
+        used = sum(1 for share in self.splits.fractions().values() if share > 0)
+        if self.backgrounds.count < used:
+            raise ValueError(f"backgrounds.count must be at least {used} (one per split in use, so that "
+                             f"splits never share a scene), got {self.backgrounds.count}")
+        if self.splits.train <= 0:
+            raise ValueError("splits.train must be > 0")
+        return self
+
+    def content_dict(self) -> dict[str, Any]:
+        """Everything that decides the dataset's bytes (execution settings excluded)."""
+        return self.model_dump(mode="json", exclude={"execution"})
+
+    def build_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.content_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _format_errors(err: ValidationError, origin: str) -> str:
+    lines = [f"invalid config {origin}:"]
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        lines.append(f"  {field}: {e['msg']} (got {e.get('input')!r})")
+    return "\n".join(lines)
+
+
+def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``a.b.c`` in a nested dict, creating levels as needed."""
+    *parents, leaf = dotted.split(".")
+    node = data
+    for key in parents:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"cannot set {dotted!r}: {key!r} is not a section")
+    node[leaf] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``compose.scale=linear`` -> ("compose.scale", "linear"); the value is read as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.field=value")
+    key, raw = text.split("=", 1)
+    return key.strip(), yaml.safe_load(raw)
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> BuildConfig:
+    """Read a YAML config (or the defaults), apply dotted overrides, validate."""
+    origin = str(path) if path else "(defaults)"
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping at the top level")
+        data = loaded or {}
+    for key, value in (overrides or {}).items():
+        set_dotted(data, key, value)
+    try:
+        return BuildConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err, origin)) from None

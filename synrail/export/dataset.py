@@ -1,0 +1,85 @@
+"""The export stage: COCO instances per split, Parquet manifests, data.yaml and the dataset card.
+
+Images and YOLO label files are written by the composition stage, one chunk at a time; this stage
+gathers the chunks' Parquet rows into the dataset-wide documents.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+from pydantic import BaseModel
+
+from synrail.config import BuildConfig
+from synrail.export.card import dataset_card
+from synrail.export.coco import coco_document
+from synrail.export.yolo import data_yaml
+from synrail.pipeline import (SPLITS, ANNOTATION_SCHEMA, BackgroundRecord, ChunkRecord, GalleryRecord,
+                              read_table, table_bytes)
+from synrail.store import Store
+
+MANIFEST_ANNOTATION_SCHEMA = ANNOTATION_SCHEMA.append(pa.field("annotation_id", pa.int64())).append(
+    pa.field("split", pa.string()))
+
+
+class ExportSummary(BaseModel):
+    out_url: str
+    images_per_split: dict[str, int]
+    annotations_per_split: dict[str, int]
+    annotations_per_class: dict[str, int]
+
+
+def _coco_image(row: dict[str, Any], background: BackgroundRecord) -> dict[str, Any]:
+    return {"id": row["image_index"] + 1, "file_name": f"{row['image_id']}.jpg", "width": row["width"],
+            "height": row["height"], "condition": row["condition"], "track_type": row["track_type"],
+            "background_id": row["background_id"], "rail_area": background.rail_area}
+
+
+def _coco_annotation(row: dict[str, Any], annotation_id: int) -> dict[str, Any]:
+    return {"id": annotation_id, "image_id": row["image_index"] + 1, "category_id": row["category_id"] + 1,
+            "segmentation": {"size": [row["rle_height"], row["rle_width"]], "counts": row["rle_counts"]},
+            "bbox": [row["bbox_x"], row["bbox_y"], row["bbox_w"], row["bbox_h"]], "area": row["area"],
+            "iscrowd": 0, "distance_m": row["distance_m"], "visibility": row["visibility"],
+            "truncated": row["truncated"], "occluded": row["occluded"], "source": row["source"],
+            "ground_point": [row["ground_u"], row["ground_v"]], "height_m": row["height_m"]}
+
+
+def _background_row(record: BackgroundRecord) -> dict[str, Any]:
+    row = record.model_dump(mode="json")
+    row["geometry"] = json.dumps(row["geometry"], sort_keys=True)
+    row["airlight_bgr"] = list(row["airlight_bgr"])
+    row["rail_area"] = json.dumps(row["rail_area"])
+    return row
+
+
+def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds: Sequence[BackgroundRecord],
+                   gallery: Sequence[GalleryRecord], out: Store) -> ExportSummary:
+    images = [row for c in sorted(chunks, key=lambda c: c.first) for row in read_table(out, c.images_path)]
+    annotations = [row for c in sorted(chunks, key=lambda c: c.first) for row in read_table(out, c.annotations_path)]
+    split_of = {row["image_index"]: row["split"] for row in images}
+    for annotation_id, row in enumerate(annotations, start=1):
+        row["annotation_id"], row["split"] = annotation_id, split_of[row["image_index"]]
+    by_id = {b.background_id: b for b in backgrounds}
+    splits = [s for s in SPLITS if any(r["split"] == s for r in images)]
+    for split in splits:
+        document = coco_document(
+            [_coco_image(r, by_id[r["background_id"]]) for r in images if r["split"] == split],
+            [_coco_annotation(r, r["annotation_id"]) for r in annotations if r["split"] == split],
+            cfg.classes, f"SynRail {cfg.name} {split} (seed {cfg.seed})")
+        out.write_text(f"annotations/instances_{split}.json", json.dumps(document, separators=(",", ":")))
+    out.write_bytes("manifest/backgrounds.parquet", table_bytes([_background_row(b) for b in backgrounds]))
+    out.write_bytes("manifest/gallery.parquet", table_bytes([g.model_dump(mode="json") for g in gallery]))
+    out.write_bytes("manifest/images.parquet", table_bytes(images))
+    out.write_bytes("manifest/annotations.parquet", table_bytes(annotations, MANIFEST_ANNOTATION_SCHEMA))
+    out.write_text("data.yaml", data_yaml(splits, cfg.classes))
+    out.write_text("dataset_card.md", dataset_card(cfg.content_dict(), images, annotations,
+                                                   [b.model_dump() for b in backgrounds], cfg.classes, splits))
+    return ExportSummary(
+        out_url=out.root_url,
+        images_per_split=dict(Counter(r["split"] for r in images)),
+        annotations_per_split=dict(Counter(r["split"] for r in annotations)),
+        annotations_per_class={c: sum(1 for r in annotations if r["class_name"] == c) for c in cfg.classes})

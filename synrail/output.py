@@ -1,0 +1,38 @@
+"""Claiming an output folder: a fresh one, the same build again, or (with overwrite) a replacement."""
+
+from __future__ import annotations
+
+import json
+
+from synrail import __version__
+from synrail.config import BuildConfig
+from synrail.store import Store
+
+BUILD_MARKER = ".synrail/build.json"
+
+
+class OutputConflict(RuntimeError):
+    """The output already holds something other than this build."""
+
+
+def claim_output(out: Store, cfg: BuildConfig, overwrite: bool) -> bool:
+    """Make ``out`` ready for ``cfg``; return True when it already holds this very build (a rerun).
+
+    A folder holding a different build, or anything that is not a SynRail build, is refused unless
+    ``overwrite`` is set, in which case its contents are deleted first.
+    """
+    marker = {"build_hash": cfg.build_hash(), "name": cfg.name, "synrail_version": __version__}
+    if not out.is_empty():
+        previous = json.loads(out.read_text(BUILD_MARKER)) if out.exists(BUILD_MARKER) else None
+        if previous and previous.get("build_hash") == marker["build_hash"] and not overwrite:
+            return True
+        if not overwrite:
+            what = (f"a different build ({previous.get('name')}, build hash {previous.get('build_hash')})"
+                    if previous else "files that are not a SynRail build")
+            raise OutputConflict(f"{out.root_url} holds {what}; this config's build hash is "
+                                 f"{marker['build_hash']}. Pass --overwrite to replace it, or choose another --out.")
+        for name in out.list(""):
+            out.remove(name)
+    out.check_writable()
+    out.write_text(BUILD_MARKER, json.dumps(marker, sort_keys=True))
+    return False

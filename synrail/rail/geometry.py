@@ -1,0 +1,120 @@
+"""Pinhole camera above a ground plane, and the ego track on that plane.
+
+Conventions (used by every stage):
+- World: X to the right, Y up, Z forward along the track; the ground (rail-top) plane is Y = 0 and
+  the camera sits at (0, height_m, 0), pitched down by ``pitch_rad``, with no roll or yaw.
+- Image: ``u`` is the column, ``v`` the row; integer (u, v) is a pixel centre (OpenCV's convention).
+- The ego track's centreline is ``X(Z) = track_offset_m + 0.5 * track_curvature * Z**2`` (the
+  small-angle form of a circular curve of radius 1 / curvature). Its area (the paper's "railway
+  area") spans both rails, heads included: ``|X - X(Z)| <= gauge_m / 2 + rail_head_m``.
+- Distance of a ground point is the Euclidean distance from the camera centre to it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+STANDARD_GAUGE_M = 1.435
+RAIL_HEAD_WIDTH_M = 0.072
+
+
+class CameraGeometry(BaseModel):
+    """Camera intrinsics and pose, plus the ego track it looks along."""
+
+    model_config = ConfigDict(frozen=True)
+
+    width: int = Field(gt=0)
+    height: int = Field(gt=0)
+    focal_px: float = Field(gt=0)
+    cx: float
+    cy: float
+    height_m: float = Field(gt=0, description="camera height above the rail-top plane")
+    pitch_rad: float = Field(ge=0, lt=math.pi / 2, description="downward tilt of the optical axis")
+    track_offset_m: float = 0.0
+    track_curvature: float = 0.0
+    gauge_m: float = STANDARD_GAUGE_M
+    rail_head_m: float = RAIL_HEAD_WIDTH_M
+    track_max_z_m: float = Field(default=300.0, gt=0, description="how far the track area runs")
+
+    @classmethod
+    def from_fov(cls, width: int, height: int, hfov_deg: float, height_m: float, pitch_deg: float,
+                 **track: float) -> "CameraGeometry":
+        focal = (width / 2) / math.tan(math.radians(hfov_deg) / 2)
+        return cls(width=width, height=height, focal_px=focal, cx=(width - 1) / 2, cy=(height - 1) / 2,
+                   height_m=height_m, pitch_rad=math.radians(pitch_deg), **track)
+
+    # -- projection -------------------------------------------------------------------------
+    def to_camera(self, x: np.ndarray, y: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, ...]:
+        """World points -> camera coordinates (x right, y down, z along the optical axis)."""
+        s, c = math.sin(self.pitch_rad), math.cos(self.pitch_rad)
+        dy = np.asarray(y, dtype=np.float64) - self.height_m
+        z = np.asarray(z, dtype=np.float64)
+        return np.asarray(x, dtype=np.float64), -dy * c - z * s, -dy * s + z * c
+
+    def project(self, x: np.ndarray, y: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """World points -> pixel coordinates (u, v). Points behind the camera give NaN."""
+        xc, yc, zc = self.to_camera(x, y, z)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            zc = np.where(zc > 1e-9, zc, np.nan)
+            return self.cx + self.focal_px * xc / zc, self.cy + self.focal_px * yc / zc
+
+    def ground_point(self, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pixels -> (X, Z) on the ground plane; NaN at or above the horizon."""
+        s, c = math.sin(self.pitch_rad), math.cos(self.pitch_rad)
+        ru = (np.asarray(u, dtype=np.float64) - self.cx) / self.focal_px
+        rv = (np.asarray(v, dtype=np.float64) - self.cy) / self.focal_px
+        descent = rv * c + s  # downward component of the ray per unit optical depth
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(descent > 1e-9, self.height_m / descent, np.nan)
+        return t * ru, t * (c - rv * s)
+
+    def distance_m(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """Camera centre -> ground point seen at pixel (u, v), in metres."""
+        x, z = self.ground_point(u, v)
+        return np.sqrt(x * x + z * z + self.height_m**2)
+
+    def horizon_v(self) -> float:
+        """Row of the horizon line (ground points infinitely far away)."""
+        return self.cy - self.focal_px * math.tan(self.pitch_rad)
+
+    def ground_distance_to_z(self, distance_m: np.ndarray) -> np.ndarray:
+        """Forward coordinate Z of a point on the track centreline at a given camera distance."""
+        d = np.asarray(distance_m, dtype=np.float64)
+        return np.sqrt(np.maximum(d * d - self.height_m**2, 0.0))
+
+    def object_pixel_height(self, u: float, v: float, height_m: float) -> float:
+        """Image height in pixels of an upright object of ``height_m`` standing at pixel (u, v).
+
+        Projects the object's foot and head exactly; for small pitch this is the familiar
+        ``height_m * focal_px / distance``.
+        """
+        x, z = self.ground_point(np.array([u]), np.array([v]))
+        _, v_top = self.project(x, np.array([height_m]), z)
+        return float(v - v_top[0])
+
+    # -- the ego track ----------------------------------------------------------------------
+    def track_centre_x(self, z: np.ndarray) -> np.ndarray:
+        z = np.asarray(z, dtype=np.float64)
+        return self.track_offset_m + 0.5 * self.track_curvature * z * z
+
+    @property
+    def track_half_width_m(self) -> float:
+        return self.gauge_m / 2 + self.rail_head_m
+
+    def track_mask(self) -> np.ndarray:
+        """Boolean H x W mask of the ego track area, tested at pixel centres."""
+        rows = np.arange(self.height, dtype=np.float64)[:, None]
+        cols = np.arange(self.width, dtype=np.float64)[None, :]
+        first_row = max(0, int(math.floor(self.horizon_v())) + 1)
+        mask = np.zeros((self.height, self.width), dtype=bool)
+        if first_row >= self.height:
+            return mask
+        x, z = self.ground_point(cols, rows[first_row:])
+        with np.errstate(invalid="ignore"):
+            inside = (np.abs(x - self.track_centre_x(z)) <= self.track_half_width_m) & (z > 0)
+            inside &= z <= self.track_max_z_m
+        mask[first_row:] = inside
+        return mask

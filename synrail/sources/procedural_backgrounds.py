@@ -1,0 +1,916 @@
+"""Procedural railway scenes seen from a train cab, rendered through a ``CameraGeometry``.
+
+Everything on the ground is evaluated at each pixel's ground point (X, Z), so perspective matches
+``geometry.track_mask()`` exactly. Fine periodic detail (rails, sleepers, fasteners) is
+anti-aliased analytically: each pixel takes the fraction of its footprint an element covers, so
+far rails fade into thin lines and far sleepers into their average colour instead of shimmering.
+Noise textures drop octaves finer than the local pixel footprint for the same reason.
+
+Colour conventions: albedos are BGR in [0, 1]; colours that appear in the image as such (sky,
+fog airlight) are BGR in [0, 255]. The image is ``albedo * illumination_bgr`` for lit surfaces,
+then fogged with ``fog_transmission(fog_beta, distance)`` toward ``fog_colour_bgr``, then
+vignetted, given sensor noise and quantised.
+
+Vertical clutter (trees, bushes, catenary masts and wires, a distant treeline) never covers the
+ego track area: a prop whose outline would touch the mask is dropped, and the mask pixels are
+cleared from the clutter layer as a final guarantee.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import cv2
+import numpy as np
+
+from synrail.rail.geometry import CameraGeometry
+
+TRACK_TYPES = ("ballasted", "ballastless")
+CONDITIONS = ("normal", "overcast", "fog", "dusk")
+
+# Nominal extinction per condition; the clear conditions keep a light aerial haze so the far
+# ground melts into the horizon sky. Each spec jitters this value into ``fog_beta``.
+FOG_DENSITY: Mapping[str, float] = MappingProxyType(
+    {"normal": 0.0012, "overcast": 0.003, "fog": 0.03, "dusk": 0.002})
+
+BGR = tuple[float, float, float]
+
+SLEEPER_LENGTH_M = 2.6
+SLEEPER_DEPTH_M = 0.25
+SLAB_HALF_WIDTH_M = 1.4
+FASTENER_SPACING_M = 0.65
+SLAB_JOINT_SPACING_M = 6.45
+RAIL_VISIBLE_DEPTH_M = 0.15  # rail side height visible above sleepers/ballast
+CONTACT_WIRE_HEIGHT_M = 5.5
+MESSENGER_WIRE_HEIGHT_M = 6.8
+
+_AA_FILTER = 1.25  # box-filter width in pixels; a bit over one pixel damps moire on sleepers
+
+# Seeds of the independent random streams inside one render: toggling clutter must not shift
+# the ground textures or the sensor noise.
+_GROUND_STREAM, _SKY_STREAM, _CLUTTER_STREAM, _SENSOR_STREAM = range(4)
+
+
+@dataclass(frozen=True)
+class BackgroundSpec:
+    """Everything that defines one scene; sampled by ``sample_background_spec``, then rendered."""
+
+    track_type: str                  # "ballasted" | "ballastless"
+    condition: str                   # "normal" | "overcast" | "fog" | "dusk"
+    geometry: CameraGeometry
+    palette_seed: int                # seeds textures, vegetation layout, clouds, sensor noise
+    fog_beta: float                  # extinction actually rendered (1/m)
+    fog_colour_bgr: BGR              # airlight = sky colour at the horizon, 0-255
+    sky_zenith_bgr: BGR              # 0-255
+    illumination_bgr: BGR            # albedo -> image multiplier (exposure x light colour)
+    sun_azimuth_deg: float           # 0 = straight ahead, positive = to the right
+    sun_elevation_deg: float
+    cloud_cover: float               # 0 clear .. 1 closed
+    grass_albedo_bgr: BGR
+    dirt_albedo_bgr: BGR
+    dirt_fraction: float             # share of the terrain that is bare soil
+    ballast_albedo_bgr: BGR
+    foliage_albedo_bgr: BGR
+    sleeper_material: str            # "concrete" | "wood" (ballasted only)
+    sleeper_spacing_m: float
+    bed_half_width_m: float          # ballast bed / slab shoulder half width
+    neighbour_side: int              # -1 left, +1 right, 0 no neighbouring track
+    neighbour_spacing_m: float
+    mast_side: int                   # -1 left, +1 right, 0 not electrified (no masts, no wires)
+    mast_spacing_m: float
+    mast_lateral_m: float            # mast distance from the ego centreline
+    tree_count: int                  # candidates; those that would cover the track are dropped
+    treeline_distance_m: float       # 0 = open horizon
+    vignette: float                  # relative darkening at the image corners
+    sensor_noise: float              # noise std in 0-255 units
+
+    def transmission(self, distance_m: np.ndarray | float) -> np.ndarray:
+        """Fog transmission this scene uses; fog obstacles with it and ``fog_colour_bgr``."""
+        return fog_transmission(self.fog_beta, distance_m)
+
+
+def fog_transmission(condition_or_beta: str | float, distance_m: np.ndarray | float) -> np.ndarray:
+    """``exp(-beta * d)``; ``condition_or_beta`` is a condition name (nominal density) or beta."""
+    beta = FOG_DENSITY[condition_or_beta] if isinstance(condition_or_beta, str) else float(condition_or_beta)
+    distance = np.asarray(distance_m, dtype=np.float64)
+    if beta == 0.0:
+        return np.ones_like(distance)  # avoids 0 * inf for sky distances
+    return np.exp(-beta * distance)
+
+
+# -- sampling ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Look:
+    light_colour: BGR
+    exposure: tuple[float, float]
+    zenith: BGR
+    horizon: BGR
+    sun_azimuth: tuple[float, float]
+    sun_elevation: tuple[float, float]
+    cloud_cover: tuple[float, float]
+    sensor_noise: tuple[float, float]
+
+
+_LOOKS: Mapping[str, _Look] = MappingProxyType({
+    "normal": _Look((0.95, 1.0, 1.04), (1.0, 1.2), (215, 140, 75), (235, 222, 205),
+                    (-150, 150), (20, 60), (0.0, 0.6), (1.0, 2.0)),
+    "overcast": _Look((1.0, 1.0, 0.97), (0.7, 0.85), (150, 146, 140), (200, 198, 194),
+                      (-180, 180), (25, 60), (0.85, 1.0), (1.5, 2.5)),
+    "fog": _Look((1.0, 1.0, 0.98), (0.7, 0.85), (200, 200, 196), (210, 210, 206),
+                 (-180, 180), (15, 50), (0.0, 0.0), (1.5, 2.5)),
+    "dusk": _Look((0.6, 0.8, 1.0), (0.3, 0.45), (70, 38, 28), (70, 110, 185),
+                  (-70, 70), (-3, 5), (0.1, 0.6), (2.5, 4.0)),
+})
+
+_GREEN_GRASS: BGR = (0.10, 0.30, 0.20)
+_DRY_GRASS: BGR = (0.22, 0.36, 0.40)
+_DIRT: BGR = (0.24, 0.31, 0.38)
+_BALLAST: BGR = (0.38, 0.40, 0.42)
+_FOLIAGE: BGR = (0.08, 0.22, 0.12)
+
+
+def sample_background_spec(rng: np.random.Generator, *, width: int, height: int,
+                           track_types: Sequence[str], conditions: Mapping[str, float],
+                           camera_height_m: tuple[float, float], pitch_deg: tuple[float, float],
+                           hfov_deg: tuple[float, float], max_curvature: float,
+                           max_offset_m: float) -> BackgroundSpec:
+    """Draw one scene. ``conditions`` maps condition name -> relative weight."""
+    track_type = _choose_track_type(rng, track_types)
+    condition = _choose_condition(rng, conditions)
+    geometry = CameraGeometry.from_fov(
+        width, height, hfov_deg=rng.uniform(*hfov_deg), height_m=rng.uniform(*camera_height_m),
+        pitch_deg=rng.uniform(*pitch_deg), track_offset_m=rng.uniform(-max_offset_m, max_offset_m),
+        track_curvature=rng.uniform(-max_curvature, max_curvature))
+    look = _LOOKS[condition]
+    sky_brightness = rng.uniform(0.9, 1.08)
+    horizon = _jitter(rng, look.horizon, 0.03, sky_brightness)
+    # Masts on the inside of a curve would stand in front of the far track and get dropped
+    # (they may not cover the track area), leaving wires hanging in the air: use the outside.
+    curvature = geometry.track_curvature
+    outside = -int(np.sign(curvature)) if abs(curvature) > 5e-4 else int(rng.choice([-1, 1]))
+    mast_side = outside if rng.random() < 0.8 else 0
+    neighbour_side = (-mast_side or int(rng.choice([-1, 1]))) if rng.random() < 0.45 else 0
+    has_treeline = rng.random() < 0.7
+    return BackgroundSpec(
+        track_type=track_type, condition=condition, geometry=geometry,
+        palette_seed=int(rng.integers(0, 2**63 - 1)),
+        fog_beta=FOG_DENSITY[condition] * rng.uniform(0.6, 1.6),
+        fog_colour_bgr=_clip_colour(horizon, 255.0),
+        sky_zenith_bgr=_clip_colour(_jitter(rng, look.zenith, 0.04, sky_brightness), 255.0),
+        illumination_bgr=_clip_colour(_jitter(rng, look.light_colour, 0.03, rng.uniform(*look.exposure)), 2.0),
+        sun_azimuth_deg=rng.uniform(*look.sun_azimuth), sun_elevation_deg=rng.uniform(*look.sun_elevation),
+        cloud_cover=rng.uniform(*look.cloud_cover),
+        grass_albedo_bgr=_jitter(rng, _mix(_GREEN_GRASS, _DRY_GRASS, rng.uniform(0.0, 0.8)), 0.1),
+        dirt_albedo_bgr=_jitter(rng, _DIRT, 0.05, rng.uniform(0.8, 1.2)), dirt_fraction=rng.uniform(0.0, 0.5),
+        ballast_albedo_bgr=_jitter(rng, _BALLAST, 0.06, rng.uniform(0.8, 1.15)),
+        foliage_albedo_bgr=_jitter(rng, _FOLIAGE, 0.15, rng.uniform(0.8, 1.3)),
+        sleeper_material=str(rng.choice(["concrete", "wood"], p=[0.7, 0.3])),
+        sleeper_spacing_m=rng.uniform(0.58, 0.66), bed_half_width_m=rng.uniform(1.6, 2.0),
+        neighbour_side=neighbour_side, neighbour_spacing_m=rng.uniform(4.2, 4.8),
+        mast_side=mast_side, mast_spacing_m=rng.uniform(45.0, 65.0), mast_lateral_m=rng.uniform(3.0, 3.6),
+        tree_count=int(rng.integers(0, 60)),
+        treeline_distance_m=max(rng.uniform(350.0, 1200.0), geometry.track_max_z_m + 50.0) if has_treeline else 0.0,
+        vignette=rng.uniform(0.1, 0.3), sensor_noise=rng.uniform(*look.sensor_noise))
+
+
+def _choose_track_type(rng: np.random.Generator, track_types: Sequence[str]) -> str:
+    unknown = set(track_types) - set(TRACK_TYPES)
+    if not track_types or unknown:
+        raise ValueError(f"track_types must be a non-empty subset of {TRACK_TYPES}, got {list(track_types)}")
+    return str(track_types[int(rng.integers(len(track_types)))])
+
+
+def _choose_condition(rng: np.random.Generator, conditions: Mapping[str, float]) -> str:
+    names = list(conditions)
+    weights = np.array([conditions[name] for name in names], dtype=np.float64)
+    if not names or set(names) - set(CONDITIONS) or (weights < 0).any() or weights.sum() <= 0:
+        raise ValueError(f"conditions must map names from {CONDITIONS} to non-negative weights, got {dict(conditions)}")
+    return names[int(rng.choice(len(names), p=weights / weights.sum()))]
+
+
+def _jitter(rng: np.random.Generator, colour: BGR, per_channel: float, scale: float = 1.0) -> BGR:
+    factors = scale * rng.uniform(1 - per_channel, 1 + per_channel, 3)
+    return tuple(float(c * f) for c, f in zip(colour, factors))
+
+
+def _mix(a: BGR, b: BGR, t: float) -> BGR:
+    return tuple(float(x + (y - x) * t) for x, y in zip(a, b))
+
+
+def _clip_colour(colour: BGR, top: float) -> BGR:
+    return tuple(float(min(max(c, 0.0), top)) for c in colour)
+
+
+# -- rendering -----------------------------------------------------------------------------------
+def render_background(spec: BackgroundSpec) -> np.ndarray:
+    """H x W x 3 uint8 BGR image of the scene; the same spec always gives the same bytes."""
+    geometry = spec.geometry
+    image = np.empty((geometry.height, geometry.width, 3), dtype=np.float32)
+    first_ground_row = min(geometry.height, max(0, math.floor(geometry.horizon_v()) + 1))
+    if first_ground_row > 0:
+        image[:first_ground_row] = _render_sky(spec, first_ground_row, _stream(spec, _SKY_STREAM))
+    if first_ground_row < geometry.height:
+        image[first_ground_row:] = _render_ground(spec, first_ground_row, _stream(spec, _GROUND_STREAM))
+    clutter = _render_clutter(spec, geometry.track_mask(), _stream(spec, _CLUTTER_STREAM))
+    image = image * (1.0 - clutter[..., 3:] / np.float32(255)) + clutter[..., :3] / np.float32(255)
+    return _finish(image, spec, _stream(spec, _SENSOR_STREAM))
+
+
+def _stream(spec: BackgroundSpec, stream: int) -> np.random.Generator:
+    return np.random.default_rng([spec.palette_seed, stream])
+
+
+def _colour(bgr: BGR, scale: float = 1.0) -> np.ndarray:
+    return np.asarray(bgr, dtype=np.float32) * np.float32(scale)
+
+
+def _smoothstep(edge0: np.ndarray | float, edge1: np.ndarray | float, x: np.ndarray) -> np.ndarray:
+    t = np.clip((x - edge0) / (edge1 - edge0), 0.0, 1.0)
+    return t * t * (3.0 - 2.0 * t)
+
+
+def _blend(base: np.ndarray, colour: np.ndarray, weight: np.ndarray) -> None:
+    """In place: base <- base + (colour - base) * weight, weight being H x W."""
+    base += (colour - base) * weight[..., None].astype(np.float32)
+
+
+def _interval_coverage(x: np.ndarray, width: np.ndarray, lo: np.ndarray | float,
+                       hi: np.ndarray | float) -> np.ndarray:
+    """Fraction of the box [x - width/2, x + width/2] inside [lo, hi]."""
+    overlap = np.minimum(x + width / 2, hi) - np.maximum(x - width / 2, lo)
+    return np.clip(overlap / width, 0.0, 1.0)
+
+
+def _periodic_coverage(x: np.ndarray, width: np.ndarray, period: float, start: float,
+                       length: float) -> np.ndarray:
+    """Fraction of the box [x - width/2, x + width/2] inside [start + k*period, +length] for any k."""
+    def covered_up_to(t: np.ndarray) -> np.ndarray:
+        k = np.floor((t - start) / period)
+        return k * length + np.clip(t - start - k * period, 0.0, length)
+
+    return (covered_up_to(x + width / 2) - covered_up_to(x - width / 2)) / width
+
+
+def _pixel_footprint(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-pixel |d field / du| and |d field / dv| (central differences)."""
+    return np.abs(np.gradient(field, axis=1)), np.abs(np.gradient(field, axis=0))
+
+
+def _texel_size(x: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Pixel footprint side on a plane mapped by (x, z), for texture filtering.
+
+    Foreshortening makes the footprint long in v and short in u; filtering with the long side
+    would smear everything, so take a mean biased to the short side and accept a little noise
+    aliasing along v.
+    """
+    xu, xv = np.gradient(x, axis=1), np.gradient(x, axis=0)
+    zu, zv = np.gradient(z, axis=1), np.gradient(z, axis=0)
+    across, up = np.hypot(xu, zu), np.hypot(xv, zv)
+    return (np.minimum(across, up) ** 0.7 * np.maximum(across, up) ** 0.3).astype(np.float32) + np.float32(1e-6)
+
+
+def _resolvable(wavelength: float, texel: np.ndarray) -> np.ndarray:
+    """1 where a pattern of this wavelength spans 3+ texels, fading to 0 at 1.5 texels."""
+    return np.clip(wavelength / (1.5 * texel) - 1, 0.0, 1.0)
+
+
+class _SmoothNoise:
+    """Multi-octave value noise on a wrapped random lattice, sampled with ``cv2.remap``."""
+
+    _LATTICE = 256
+    _UNIT_STD = 1.0 / 0.856  # bicubic interpolation shrinks the lattice's unit variance
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+        self._lattice = rng.standard_normal((self._LATTICE, self._LATTICE), dtype=np.float32)
+
+    def fbm(self, x: np.ndarray, y: np.ndarray, wavelength: float, octaves: int,
+            texel: np.ndarray | None = None, gain: float = 0.5) -> np.ndarray:
+        """Roughly unit-variance noise; octaves under ~3 texels per wavelength fade out."""
+        total = np.zeros(x.shape, dtype=np.float32)
+        energy = 0.0
+        for octave in range(octaves):
+            lam = wavelength / 2**octave
+            angle = self._rng.uniform(0, 2 * math.pi)  # rotated octaves hide the lattice axes
+            shift = self._rng.uniform(0, self._LATTICE, 2)
+            amplitude = gain**octave
+            energy += amplitude**2
+            if texel is None:
+                total += amplitude * self._sample(x, y, lam, angle, shift)
+                continue
+            weight = amplitude * _resolvable(lam, texel)
+            active_rows = np.flatnonzero(weight.max(axis=1) > 0)
+            if active_rows.size == 0:
+                continue
+            rows = slice(int(active_rows[0]), None)  # footprint grows up the image: skip far rows
+            total[rows] += weight[rows] * self._sample(x[rows], y[rows], lam, angle, shift)
+        return total / np.float32(math.sqrt(energy))
+
+    @classmethod
+    def _wrap(cls, coordinate: np.ndarray) -> np.ndarray:
+        """Into [0, lattice]: remap's fixed-point maps overflow on large coordinates."""
+        size = np.float32(cls._LATTICE)
+        return coordinate - size * np.floor(coordinate * (1 / size))  # much faster than np.mod
+
+    def _sample(self, x: np.ndarray, y: np.ndarray, wavelength: float, angle: float,
+                shift: np.ndarray) -> np.ndarray:
+        c, s = math.cos(angle) / wavelength, math.sin(angle) / wavelength
+        map_x = self._wrap(cv2.addWeighted(x, c, y, -s, shift[0]))
+        map_y = self._wrap(cv2.addWeighted(x, s, y, c, shift[1]))
+        sampled = cv2.remap(self._lattice, map_x, map_y, cv2.INTER_CUBIC, borderMode=cv2.BORDER_WRAP)
+        return sampled * np.float32(self._UNIT_STD)
+
+
+# -- sky -----------------------------------------------------------------------------------------
+_SUN_GLOW = MappingProxyType({"normal": 0.25, "overcast": 0.0, "fog": 0.05, "dusk": 0.7})
+_SUN_COLOUR: BGR = (0.75, 0.92, 1.0)
+_CLOUD_ALTITUDE_M = 1500.0
+
+
+def _sun_direction(spec: BackgroundSpec) -> np.ndarray:
+    azimuth, elevation = math.radians(spec.sun_azimuth_deg), math.radians(spec.sun_elevation_deg)
+    return np.array([math.cos(elevation) * math.sin(azimuth), math.sin(elevation),
+                     math.cos(elevation) * math.cos(azimuth)], dtype=np.float32)
+
+
+def _render_sky(spec: BackgroundSpec, rows: int, rng: np.random.Generator) -> np.ndarray:
+    g = spec.geometry
+    ru = ((np.arange(g.width, dtype=np.float32) - g.cx) / g.focal_px)[None, :]
+    rv = ((np.arange(rows, dtype=np.float32) - g.cy) / g.focal_px)[:, None]
+    s, c = math.sin(g.pitch_rad), math.cos(g.pitch_rad)
+    up, forward = -(rv * c + s), c - rv * s  # world ray components per unit optical depth
+    length = np.sqrt(ru * ru + rv * rv + 1)
+    sin_elevation = np.clip(up / length, 0.0, 1.0)
+
+    horizon, zenith = _colour(spec.fog_colour_bgr, 1 / 255), _colour(spec.sky_zenith_bgr, 1 / 255)
+    gradient = 1 - np.exp(-sin_elevation / 0.3)
+    sky = horizon + (zenith - horizon) * gradient[..., None]
+
+    sun = _sun_direction(spec)
+    cos_to_sun = (ru * sun[0] + up * sun[1] + forward * sun[2]) / length
+    glow = _SUN_GLOW[spec.condition] * (np.exp((cos_to_sun - 1) / 0.002) + 0.35 * np.exp((cos_to_sun - 1) / 0.08))
+    sky += _colour(_SUN_COLOUR) * glow[..., None]
+
+    if spec.cloud_cover > 0:
+        _add_clouds(sky, spec, ru, up, forward, sin_elevation, glow, rng)
+    return np.clip(sky, 0.0, 1.0)
+
+
+def _add_clouds(sky: np.ndarray, spec: BackgroundSpec, ru: np.ndarray, up: np.ndarray,
+                forward: np.ndarray, sin_elevation: np.ndarray, glow: np.ndarray,
+                rng: np.random.Generator) -> None:
+    """Clouds on a horizontal plane high above, so they shrink and thin toward the horizon."""
+    reach = _CLOUD_ALTITUDE_M / np.maximum(up, 1e-3)
+    x = np.broadcast_to(reach * ru, sky.shape[:2]).astype(np.float64)
+    z = np.broadcast_to(reach * forward, sky.shape[:2]).astype(np.float64)
+    texel = _texel_size(x, z)
+    noise = _SmoothNoise(rng)
+    x, z = x.astype(np.float32), z.astype(np.float32)
+    shape = noise.fbm(x, z, 2500.0, 6, texel)
+    shading = noise.fbm(x, z, 600.0, 3, texel)
+    threshold = 1.0 - 2.2 * spec.cloud_cover
+    density = _smoothstep(threshold - 0.2, threshold + 0.6, shape) * _smoothstep(0.0, 0.1, sin_elevation)
+    base = {"normal": (0.95, 0.95, 0.95), "overcast": (0.62, 0.62, 0.63),
+            "fog": (0.8, 0.8, 0.8), "dusk": (0.30, 0.24, 0.28)}[spec.condition]
+    # Thick cores are darker underneath; sunlight near the sun rims them.
+    brightness = (0.92 + 0.05 * shading - 0.15 * density)[..., None]
+    cloud = _colour(base) * brightness + _colour(_SUN_COLOUR) * glow[..., None] * 0.6
+    _blend(sky, cloud, 0.9 * density)
+
+
+# -- ground --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _GroundView:
+    """Per-pixel ground coordinates of the rows below the horizon."""
+
+    x: np.ndarray               # float32 world X
+    z: np.ndarray               # float32 world Z
+    distance: np.ndarray        # camera distance (m)
+    texel: np.ndarray           # footprint side on the ground (m), for texture filtering
+    lateral: np.ndarray         # X - X(Z): signed offset from the ego centreline (m)
+    along: np.ndarray           # arc length along the ego track of the perpendicular foot (m)
+    lateral_filter: np.ndarray  # anti-aliasing box width across the track (m)
+    along_filter: np.ndarray    # anti-aliasing box width along the track (m)
+
+
+def _ground_view(g: CameraGeometry, first_row: int) -> _GroundView:
+    rows = np.arange(first_row, g.height, dtype=np.float64)[:, None]
+    cols = np.arange(g.width, dtype=np.float64)[None, :]
+    x, z = g.ground_point(cols, rows)
+    z = np.broadcast_to(z, x.shape)
+    lateral = x - g.track_centre_x(z)
+    # Sleepers lie perpendicular to the track: follow the normal back to the centreline.
+    along = _arc_length(z + g.track_curvature * z * lateral, g.track_curvature)
+    lateral_u, lateral_v = _pixel_footprint(lateral)
+    along_u, along_v = _pixel_footprint(along)
+    return _GroundView(
+        x=x.astype(np.float32), z=z.astype(np.float32),
+        distance=np.sqrt(x * x + z * z + g.height_m**2).astype(np.float32),
+        texel=_texel_size(x, z), lateral=lateral, along=along,
+        lateral_filter=_AA_FILTER * (lateral_u + lateral_v) + 1e-6,
+        along_filter=_AA_FILTER * (along_u + along_v) + 1e-6)
+
+
+def _arc_length(z: np.ndarray, curvature: float) -> np.ndarray:
+    """Length of the centreline X = 0.5 k Z^2 from Z = 0 to z."""
+    if abs(curvature) < 1e-12:
+        return z
+    q = curvature * z
+    return 0.5 * (z * np.sqrt(1 + q * q) + np.arcsinh(q) / curvature)
+
+
+@dataclass(frozen=True)
+class _TrackBand:
+    """The pixels near one track, flattened, so track painting skips the rest of the ground."""
+
+    pixels: np.ndarray          # boolean selector over the ground rows
+    lateral: np.ndarray         # offset from this track's centreline (m)
+    centreline_x: np.ndarray    # world X of this track's centreline at the pixel's Z
+    along: np.ndarray
+    lateral_filter: np.ndarray
+    along_filter: np.ndarray
+    ballast: np.ndarray         # noise fields, shared by both tracks
+    stones: np.ndarray
+    crevices: np.ndarray
+    surface: np.ndarray
+    bed_edge: np.ndarray
+    rail_wear: np.ndarray
+
+
+def _track_band(view: _GroundView, track_offset_m: float, reach_m: float, textures: Mapping[str, np.ndarray]
+                ) -> _TrackBand:
+    lateral = view.lateral - track_offset_m
+    pixels = np.abs(lateral) < reach_m + view.lateral_filter  # beyond this every coverage is zero
+    return _TrackBand(pixels=pixels, lateral=lateral[pixels], centreline_x=view.x[pixels] - lateral[pixels],
+                      along=view.along[pixels], lateral_filter=view.lateral_filter[pixels],
+                      along_filter=view.along_filter[pixels],
+                      **{name: field[pixels] for name, field in textures.items()})
+
+
+def _render_ground(spec: BackgroundSpec, first_row: int, rng: np.random.Generator) -> np.ndarray:
+    g = spec.geometry
+    view = _ground_view(g, first_row)
+    noise = _SmoothNoise(rng)
+    albedo = _terrain_albedo(spec, view, noise)
+    textures = {
+        "ballast": noise.fbm(view.x, view.z, 0.6, 3, view.texel),
+        "stones": noise.fbm(view.x, view.z, 0.1, 3, view.texel, gain=0.6),
+        "crevices": _crevices(view, noise),
+        "surface": noise.fbm(view.x, view.z, 1.5, 4, view.texel),
+        "bed_edge": noise.fbm(view.x, view.z, 3.0, 3, view.texel),
+        "rail_wear": noise.fbm(view.x, view.z, 4.0, 3, view.texel),
+    }
+    sleeper_shades = rng.uniform(0.8, 1.15, 1024).astype(np.float32)
+    phase = float(rng.uniform(0, spec.sleeper_spacing_m))
+    track_offsets = [0.0] + ([spec.neighbour_side * spec.neighbour_spacing_m] if spec.neighbour_side else [])
+
+    bed_reach = spec.bed_half_width_m + 0.5
+    for offset in track_offsets:
+        band = _track_band(view, offset, bed_reach, textures)
+        patch = albedo[band.pixels]
+        if spec.track_type == "ballasted":
+            _paint_ballasted_bed(patch, spec, band, phase, sleeper_shades)
+        else:
+            _paint_slab_bed(patch, spec, band, phase)
+        albedo[band.pixels] = patch
+
+    lit = albedo * _colour(spec.illumination_bgr) * _cloud_shadow(spec, view, noise)[..., None]
+    rail_reach = g.gauge_m / 2 + g.rail_head_m + 0.3
+    for offset in track_offsets:
+        band = _track_band(view, offset, rail_reach, textures)
+        patch = lit[band.pixels]
+        _paint_rails(patch, spec, band)
+        lit[band.pixels] = patch
+    transmission = spec.transmission(view.distance).astype(np.float32)[..., None]
+    return lit * transmission + _colour(spec.fog_colour_bgr, 1 / 255) * (1 - transmission)
+
+
+def _crevices(view: _GroundView, noise: _SmoothNoise, wavelength: float = 0.07) -> np.ndarray:
+    """Dark network along the zero crossings of a noise field: the gaps between ballast stones.
+
+    Where the stones are too small to resolve it becomes its mean, keeping the far bed's tone.
+    """
+    width = 0.4
+    crossing = np.exp(-((noise.fbm(view.x, view.z, wavelength, 1) / width) ** 2))
+    mean = 1 / math.sqrt(1 + 2 / width**2)  # E[exp(-(n / width)^2)] for unit normal n
+    weight = _resolvable(wavelength, view.texel)
+    return weight * crossing + (1 - weight) * np.float32(mean)
+
+
+def _terrain_albedo(spec: BackgroundSpec, view: _GroundView, noise: _SmoothNoise) -> np.ndarray:
+    detail = noise.fbm(view.x, view.z, 1.2, 7, view.texel, gain=0.75)
+    patches = noise.fbm(view.x, view.z, 30.0, 4, view.texel)
+    soil = noise.fbm(view.x, view.z, 12.0, 3, view.texel)
+    grass = _colour(spec.grass_albedo_bgr) * (1 + 0.4 * np.tanh(detail)[..., None])
+    # Large patches drift between lush and dry grass (less blue, more red).
+    grass *= 1 + 0.12 * patches[..., None] * np.array([-1.0, 0.2, 1.0], dtype=np.float32)
+    dirt = _colour(spec.dirt_albedo_bgr) * (1 + 0.2 * detail[..., None])
+    threshold = 1.2 - 2.4 * spec.dirt_fraction
+    # A trodden cess path runs beside every track bed.
+    near_track = _smoothstep(spec.bed_half_width_m + 1.8, spec.bed_half_width_m + 0.6, np.abs(view.lateral))
+    dirt_weight = np.maximum(_smoothstep(threshold - 0.3, threshold + 0.3, soil), 0.7 * near_track)
+    _blend(grass, dirt, dirt_weight)
+    return grass
+
+
+def _cloud_shadow(spec: BackgroundSpec, view: _GroundView, noise: _SmoothNoise) -> np.ndarray:
+    """Broken cloud shadows; only direct sun under a partly clouded sky casts them."""
+    if spec.condition != "normal":
+        return np.ones(view.x.shape, dtype=np.float32)
+    shadow = noise.fbm(view.x, view.z, 150.0, 2, view.texel)
+    threshold = 1.0 - 2.2 * spec.cloud_cover
+    return 1 - 0.35 * _smoothstep(threshold - 0.2, threshold + 0.4, shadow)
+
+
+def _paint_ballasted_bed(albedo: np.ndarray, spec: BackgroundSpec, band: _TrackBand, phase: float,
+                         sleeper_shades: np.ndarray) -> None:
+    g = spec.geometry
+    lateral, lateral_filter = band.lateral, band.lateral_filter
+    stones = 0.25 * np.tanh(1.3 * band.stones) + 0.12 * band.ballast - 0.5 * band.crevices
+    ballast = _colour(spec.ballast_albedo_bgr, 1.1) * (1 + stones)[..., None]
+    ballast *= (1 - 0.2 * np.exp(-(lateral / 0.45) ** 2))[..., None].astype(np.float32)  # oil/rust between rails
+    edge = spec.bed_half_width_m + 0.15 * band.bed_edge
+    softness = np.maximum(0.15, lateral_filter)
+    _blend(albedo, ballast, 1 - _smoothstep(edge - softness, edge + softness, np.abs(lateral)))
+
+    sleeper_cover = (_periodic_coverage(band.along, band.along_filter, spec.sleeper_spacing_m, phase, SLEEPER_DEPTH_M)
+                     * _interval_coverage(lateral, lateral_filter, -SLEEPER_LENGTH_M / 2, SLEEPER_LENGTH_M / 2))
+    base = (0.52, 0.54, 0.55) if spec.sleeper_material == "concrete" else (0.12, 0.17, 0.22)
+    sleeper_number = np.floor((band.along - phase) / spec.sleeper_spacing_m).astype(np.int64)
+    # Per-sleeper shading is only resolvable while one sleeper spans several pixels.
+    resolvable = np.clip(spec.sleeper_spacing_m / band.along_filter / 3 - 1, 0.0, 1.0).astype(np.float32)
+    shade = 1 + (sleeper_shades[sleeper_number % sleeper_shades.size] - 1) * resolvable
+    sleeper = _colour(base) * (shade * (1 + 0.12 * band.surface))[..., None]
+    _blend(albedo, sleeper, sleeper_cover)
+
+    clip_lateral = _rail_side_coverage(lateral, lateral_filter, g, 0.09)
+    clip_along = _periodic_coverage(band.along, band.along_filter, spec.sleeper_spacing_m,
+                                    phase + SLEEPER_DEPTH_M / 2 - 0.06, 0.12)
+    _blend(albedo, _colour((0.16, 0.16, 0.17)), clip_lateral * clip_along)
+
+
+def _paint_slab_bed(albedo: np.ndarray, spec: BackgroundSpec, band: _TrackBand, phase: float) -> None:
+    g = spec.geometry
+    lateral, lateral_filter = band.lateral, band.lateral_filter
+    grit = 0.2 * band.stones + 0.1 * band.ballast - 0.4 * band.crevices
+    gravel = _colour(spec.ballast_albedo_bgr, 0.85) * (1 + grit)[..., None]
+    edge = spec.bed_half_width_m + 0.1 * band.bed_edge
+    softness = np.maximum(0.1, lateral_filter)
+    _blend(albedo, gravel, 1 - _smoothstep(edge - softness, edge + softness, np.abs(lateral)))
+
+    slab = _colour((0.60, 0.62, 0.63)) * (1 + 0.1 * band.surface + 0.05 * band.stones)[..., None]
+    slab_cover = _interval_coverage(lateral, lateral_filter, -SLAB_HALF_WIDTH_M, SLAB_HALF_WIDTH_M)
+    _blend(albedo, slab, slab_cover)
+    edge_line = (_interval_coverage(lateral, lateral_filter, -SLAB_HALF_WIDTH_M, -SLAB_HALF_WIDTH_M + 0.05)
+                 + _interval_coverage(lateral, lateral_filter, SLAB_HALF_WIDTH_M - 0.05, SLAB_HALF_WIDTH_M))
+    joints = _periodic_coverage(band.along, band.along_filter, SLAB_JOINT_SPACING_M, phase, 0.03) * slab_cover
+    _blend(albedo, _colour((0.30, 0.31, 0.32)), np.maximum(joints, 0.6 * edge_line))
+
+    plate_lateral = _rail_side_coverage(lateral, lateral_filter, g, 0.12)
+    plate_along = _periodic_coverage(band.along, band.along_filter, FASTENER_SPACING_M, phase, 0.2)
+    _blend(albedo, _colour((0.20, 0.20, 0.21)), plate_lateral * plate_along)
+
+
+def _rail_side_coverage(lateral: np.ndarray, width: np.ndarray, g: CameraGeometry, reach: float) -> np.ndarray:
+    """Coverage of the strips of ``reach`` metres either side of both rail heads (fasteners)."""
+    inner, outer = g.gauge_m / 2, g.gauge_m / 2 + g.rail_head_m
+    cover = np.zeros_like(lateral)
+    for sign in (-1.0, 1.0):
+        lo, hi = sorted((sign * (inner - reach), sign * inner))
+        cover += _interval_coverage(lateral, width, lo, hi)
+        lo, hi = sorted((sign * outer, sign * (outer + reach)))
+        cover += _interval_coverage(lateral, width, lo, hi)
+    return cover
+
+
+def _paint_rails(lit: np.ndarray, spec: BackgroundSpec, band: _TrackBand) -> None:
+    """Rails in lit colours: rusty side, dark head edges, polished top reflecting the sky."""
+    g = spec.geometry
+    lateral, lateral_filter = band.lateral, band.lateral_filter
+    illumination = _colour(spec.illumination_bgr)
+    side_colour = _colour((0.13, 0.16, 0.21)) * illumination
+    edge_colour = _colour((0.30, 0.31, 0.33)) * illumination
+    top_colour = (_colour((0.55, 0.56, 0.58)) * illumination * (1 + 0.06 * band.rail_wear[..., None])
+                  + 0.35 * _colour(spec.fog_colour_bgr, 1 / 255))
+    half_head = g.rail_head_m / 2
+    for sign in (-1.0, 1.0):
+        rail_centre = sign * (g.gauge_m / 2 + half_head)
+        rail_x = band.centreline_x + rail_centre
+        # The side facing the camera shows as a thin band next to the head, toward X = 0.
+        facing = -np.sign(rail_x)
+        near_edge = rail_centre + facing * half_head
+        far_end = near_edge + facing * np.abs(rail_x) * RAIL_VISIBLE_DEPTH_M / (g.height_m + RAIL_VISIBLE_DEPTH_M)
+        side = _interval_coverage(lateral, lateral_filter, np.minimum(near_edge, far_end),
+                                  np.maximum(near_edge, far_end))
+        _blend(lit, side_colour, side)
+        lo, hi = rail_centre - half_head, rail_centre + half_head
+        _blend(lit, edge_colour, _interval_coverage(lateral, lateral_filter, lo, hi))
+        _blend(lit, top_colour, _interval_coverage(lateral, lateral_filter, lo + 0.014, hi - 0.014))
+
+
+# -- clutter -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Shape:
+    kind: str                 # "poly" (convex, N x 2 pixels) | "ellipse" (centre, semi-axes) | "line"
+    points: np.ndarray
+    colour: tuple[float, float, float, float]  # premultiplied BGRA, 0-255
+    thickness: int = 1
+    grain: float = 0.0        # foliage grain strength: the prop's fog transmission, 0 for none
+
+    def bounds(self) -> tuple[float, float, float, float]:
+        if self.kind == "ellipse":
+            (u, v), (au, av) = self.points
+            return u - au, v - av, u + au, v + av
+        reach = self.thickness / 2
+        return (self.points[:, 0].min() - reach, self.points[:, 1].min() - reach,
+                self.points[:, 0].max() + reach, self.points[:, 1].max() + reach)
+
+
+@dataclass(frozen=True)
+class _Prop:
+    distance_m: float
+    shapes: list[_Shape]
+
+
+class _Painter:
+    """Projects props, lights and fogs them, and draws those that keep off the track area."""
+
+    _SHIFT = 4  # sub-pixel bits for OpenCV drawing
+    _MARGIN = 2  # pixels kept between a prop and the track area (anti-aliasing spill)
+
+    def __init__(self, spec: BackgroundSpec, mask: np.ndarray) -> None:
+        self.spec = spec
+        self.g = spec.geometry
+        self.layer = np.zeros((self.g.height, self.g.width, 4), dtype=np.uint8)
+        self.leaves = np.zeros((self.g.height, self.g.width), dtype=np.uint8)  # foliage grain strength
+        self._mask_sum = cv2.integral(mask.astype(np.uint8))
+        sun = _sun_direction(spec)
+        self.sun_side = float(sun[0] / max(math.hypot(sun[0], sun[2]), 1e-6))
+
+    def project(self, x: float, y: float, z: float) -> np.ndarray:
+        u, v = self.g.project(np.array([x]), np.array([y]), np.array([z]))
+        return np.array([u[0], v[0]])
+
+    def pixels_per_m(self, x: float, y: float, z: float) -> float:
+        return self.g.focal_px / float(self.g.to_camera(np.array([x]), np.array([y]), np.array([z]))[2][0])
+
+    def final_colour(self, albedo: BGR, shade: float, distance_m: float, coverage: float = 1.0
+                     ) -> tuple[float, float, float, float]:
+        transmission = float(self.spec.transmission(distance_m))
+        lit = np.asarray(albedo) * np.asarray(self.spec.illumination_bgr) * shade * 255
+        fogged = np.clip(lit * transmission + np.asarray(self.spec.fog_colour_bgr) * (1 - transmission), 0, 255)
+        return (*(fogged * coverage).tolist(), 255.0 * coverage)
+
+    def draw(self, prop: _Prop, layer: np.ndarray | None = None) -> None:
+        """Draws the prop (onto ``layer``, default the main one) unless part of it would land on
+        the track area or behind the camera."""
+        bounds = [shape.bounds() for shape in prop.shapes]
+        if any(not np.isfinite(b).all() for b in bounds) or any(self._touches_track(b) for b in bounds):
+            return
+        for shape in prop.shapes:
+            self._draw_shape(self.layer if layer is None else layer, shape, shape.colour)
+            self._draw_shape(self.leaves, shape, round(255 * shape.grain))
+
+    def add_leaf_grain(self, rng: np.random.Generator) -> None:
+        """Pixel-scale brightness grain on foliage, so crowns read as leaves, not flat discs.
+
+        The grain modulates the lit share of the colour only, hence its strength is the fog
+        transmission (a fogged tree has no visible leaf texture).
+        """
+        leafy = self.leaves > 0
+        h, w = leafy.shape
+        grain = cv2.resize(rng.standard_normal((h // 2 + 1, w // 2 + 1), dtype=np.float32), (w, h),
+                           interpolation=cv2.INTER_LINEAR)[leafy]
+        factor = 1 + 0.35 * grain * (self.leaves[leafy] / np.float32(255))
+        self.layer[leafy, :3] = np.clip(self.layer[leafy, :3] * factor[:, None], 0, 255).astype(np.uint8)
+
+    def _touches_track(self, bounds: tuple[float, float, float, float]) -> bool:
+        u0, v0 = max(0, math.floor(bounds[0]) - self._MARGIN), max(0, math.floor(bounds[1]) - self._MARGIN)
+        u1 = min(self.g.width, math.ceil(bounds[2]) + self._MARGIN + 1)
+        v1 = min(self.g.height, math.ceil(bounds[3]) + self._MARGIN + 1)
+        if u0 >= u1 or v0 >= v1:
+            return False
+        s = self._mask_sum
+        return bool(s[v1, u1] - s[v0, u1] - s[v1, u0] + s[v0, u0] > 0)
+
+    def _draw_shape(self, target: np.ndarray, shape: _Shape, colour: tuple[float, ...] | int) -> None:
+        scale = 1 << self._SHIFT
+        fixed = np.round(np.clip(shape.points, -1e5, 1e5) * scale).astype(np.int32)
+        if shape.kind == "poly":
+            cv2.fillConvexPoly(target, fixed, colour, cv2.LINE_AA, self._SHIFT)
+        elif shape.kind == "ellipse":
+            axes = (max(int(fixed[1, 0]), scale // 2), max(int(fixed[1, 1]), scale // 2))
+            cv2.ellipse(target, (int(fixed[0, 0]), int(fixed[0, 1])), axes, 0, 0, 360,
+                        colour, -1, cv2.LINE_AA, self._SHIFT)
+        else:
+            cv2.line(target, tuple(int(c) for c in fixed[0]), tuple(int(c) for c in fixed[1]),
+                     colour, shape.thickness, cv2.LINE_AA, self._SHIFT)
+
+
+def _render_clutter(spec: BackgroundSpec, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Premultiplied BGRA layer of everything standing on the ground, empty on the track area."""
+    painter = _Painter(spec, mask)
+    if spec.treeline_distance_m > 0:
+        _draw_treeline(painter, rng)
+    mast_z = np.arange(rng.uniform(4.0, 4.0 + spec.mast_spacing_m), spec.geometry.track_max_z_m,
+                       spec.mast_spacing_m) if spec.mast_side else np.empty(0)
+    props = _plants(painter, rng) + _masts(painter, mast_z)
+    for prop in sorted(props, key=lambda p: -p.distance_m):  # painter's order: far to near
+        painter.draw(prop)
+    painter.add_leaf_grain(rng)
+    if mast_z.size:
+        # OpenCV's anti-aliasing blends alpha too, so a faint sub-pixel wire drawn straight onto
+        # opaque props would punch holes in them; draw the wires apart and composite them over.
+        wires = np.zeros_like(painter.layer)
+        for segment in _wires(painter, mast_z):
+            painter.draw(segment, wires)
+        _composite_over(painter.layer, wires)
+    painter.layer[mask] = 0
+    return painter.layer
+
+
+def _composite_over(base: np.ndarray, top: np.ndarray) -> None:
+    """In place, premultiplied BGRA: base <- top + base * (1 - top alpha)."""
+    covered = top[..., 3] > 0
+    keep = 1 - top[covered, 3:] / np.float32(255)
+    base[covered] = np.clip(np.rint(top[covered] + base[covered] * keep), 0, 255).astype(np.uint8)
+
+
+def _draw_treeline(painter: _Painter, rng: np.random.Generator) -> None:
+    """A distant forest edge at constant Z, its canopy a row of round crowns with clearings."""
+    g, spec = painter.g, painter.spec
+    depth = spec.treeline_distance_m
+    foot_v = float(painter.project(0.0, 0.0, depth)[1])
+    heights = _treeline_heights(g.width, g.focal_px / depth, rng)
+    s, c = math.sin(g.pitch_rad), math.cos(g.pitch_rad)
+    rise = heights - g.height_m
+    top_v = g.cy + g.focal_px * (-rise * c - depth * s) / (-rise * s + depth * c)
+    first = max(0, math.floor(top_v.min()))
+    last = min(g.height, math.ceil(foot_v) + 1)
+    if first >= last:
+        return
+    rows = np.arange(first, last, dtype=np.float64)[:, None]
+    cover = np.clip(rows - top_v[None, :] + 0.5, 0, 1) * np.clip(foot_v - rows + 0.5, 0, 1)
+    texture = cv2.resize(rng.uniform(0.75, 1.05, (max(1, (last - first) // 2), max(1, g.width // 2))),
+                         (g.width, last - first), interpolation=cv2.INTER_LINEAR)
+    lit = np.asarray(spec.foliage_albedo_bgr) * 0.7 * np.asarray(spec.illumination_bgr) * 255
+    azimuth = np.arctan((np.arange(g.width) - g.cx) / g.focal_px)
+    transmission = spec.transmission(depth / np.cos(azimuth))[None, :, None]
+    colour = lit * texture[..., None] * transmission + np.asarray(spec.fog_colour_bgr) * (1 - transmission)
+    region = painter.layer[first:last]
+    region[..., :3] = np.clip(colour * cover[..., None], 0, 255).astype(np.uint8)
+    region[..., 3] = np.round(cover * 255).astype(np.uint8)
+
+
+def _treeline_heights(width: int, pixels_per_m: float, rng: np.random.Generator) -> np.ndarray:
+    """Canopy height (m) per image column: the upper envelope of circular crowns."""
+    canopy = rng.uniform(10.0, 22.0)
+    radius_m = rng.uniform(3.0, 7.0, min(2000, int(2.5 * width / (5.0 * pixels_per_m)) + 1))
+    centres = rng.uniform(-10.0, width + 10.0, radius_m.size)
+    top_m = canopy * rng.uniform(0.55, 1.0, radius_m.size) * (1 + 0.25 * _smooth_profile(centres / width, 6, rng))
+    kept = _smooth_profile(centres / width, 5, rng) < 0.8  # clearings in the forest
+    radius_m, centres, top_m = radius_m[kept], centres[kept], top_m[kept]
+    reach = (np.arange(width)[None, :] - centres[:, None]) / (radius_m * pixels_per_m)[:, None]
+    cap = radius_m[:, None] * np.sqrt(np.clip(1 - reach * reach, 0.0, None))
+    crowns = np.where(np.abs(reach) < 1, top_m[:, None] - radius_m[:, None] + cap, 0.0)
+    return crowns.max(axis=0, initial=0.0)
+
+
+def _smooth_profile(position: np.ndarray, knots: int, rng: np.random.Generator) -> np.ndarray:
+    """Unit-variance random curve over position in [0, 1]."""
+    return np.interp(position, np.linspace(-0.1, 1.1, knots), rng.standard_normal(knots))
+
+
+def _plants(painter: _Painter, rng: np.random.Generator) -> list[_Prop]:
+    spec, g = painter.spec, painter.g
+    far = min(g.track_max_z_m, spec.treeline_distance_m or g.track_max_z_m)
+    props = []
+    for _ in range(spec.tree_count):
+        kind = str(rng.choice(["deciduous", "conifer", "bush"], p=[0.45, 0.2, 0.35]))
+        z = 8.0 + (far - 8.0) * rng.random() ** 0.8
+        side = int(rng.choice([-1, 1]))
+        clearance = 4.5
+        if side == spec.neighbour_side:
+            clearance += spec.neighbour_spacing_m + 2.0
+        if side == spec.mast_side:
+            clearance = max(clearance, spec.mast_lateral_m + 1.5)
+        x = float(g.track_centre_x(z)) + side * (clearance + rng.exponential(10.0))
+        albedo = _jitter(rng, spec.foliage_albedo_bgr, 0.12)
+        height = rng.uniform(0.8, 2.5) if kind == "bush" else rng.uniform(5.0, 16.0)
+        props.append(_plant(painter, kind, x, z, height, albedo, rng))
+    return props
+
+
+def _plant(painter: _Painter, kind: str, x: float, z: float, height: float, albedo: BGR,
+           rng: np.random.Generator) -> _Prop:
+    distance = math.sqrt(x * x + z * z + painter.g.height_m**2)
+    shapes = []
+    if kind != "bush":
+        trunk_top = height * (0.35 if kind == "deciduous" else 0.2)
+        shapes.append(_upright_box(painter, x, z, 0.25, 0.0, trunk_top, (0.10, 0.14, 0.18), 0.9, distance))
+    if kind == "conifer":
+        shapes += _conifer_crown(painter, x, z, height, albedo, distance, rng)
+    else:
+        radius = height * (0.45 if kind == "bush" else rng.uniform(0.25, 0.35))
+        shapes += _leafy_crown(painter, x, height - radius, z, radius, albedo, distance, rng)
+    return _Prop(distance, shapes)
+
+
+def _upright_box(painter: _Painter, x: float, z: float, width: float, bottom: float, top: float,
+                 albedo: BGR, shade: float, distance: float) -> _Shape:
+    corners = [painter.project(x + dx, y, z) for dx, y in
+               ((-width / 2, bottom), (width / 2, bottom), (width / 2, top), (-width / 2, top))]
+    return _Shape("poly", np.array(corners), painter.final_colour(albedo, shade, distance))
+
+
+def _leafy_crown(painter: _Painter, x: float, y: float, z: float, radius: float, albedo: BGR,
+                 distance: float, rng: np.random.Generator) -> list[_Shape]:
+    """Overlapping leaf clumps, lit from above and from the sun's side, brightest drawn last."""
+    centre = painter.project(x, y, z)
+    scale = painter.pixels_per_m(x, y, z)
+    count = 18
+    offsets = rng.uniform(-1, 1, (count, 2)) * np.array([0.65, 0.55])
+    sizes = rng.uniform(0.3, 0.55, count)
+    shades = 0.7 + 0.35 * offsets[:, 1] + 0.25 * painter.sun_side * offsets[:, 0] + rng.uniform(-0.1, 0.1, count)
+    shapes = []
+    for order in np.argsort(shades):
+        (dx, dy), size = offsets[order], sizes[order]
+        clump_centre = centre + np.array([dx, -dy]) * radius * scale
+        axes = np.array([1.15, 1.0]) * size * radius * scale
+        shapes.append(_Shape("ellipse", np.array([clump_centre, axes]),
+                             painter.final_colour(albedo, float(shades[order]), distance),
+                             grain=float(painter.spec.transmission(distance))))
+    return shapes
+
+
+def _conifer_crown(painter: _Painter, x: float, z: float, height: float, albedo: BGR, distance: float,
+                   rng: np.random.Generator) -> list[_Shape]:
+    """Stacked triangles narrowing to the tip."""
+    base_width = height * rng.uniform(0.3, 0.4)
+    tiers = 4
+    shapes = []
+    for tier in range(tiers):
+        bottom = height * (0.15 + 0.2 * tier)
+        half = base_width / 2 * (1 - tier / (tiers + 0.5))
+        corners = [painter.project(x - half, bottom, z), painter.project(x + half, bottom, z),
+                   painter.project(x, min(height, bottom + height * 0.4), z)]
+        shade = 0.7 + 0.08 * tier
+        shapes.append(_Shape("poly", np.array(corners), painter.final_colour(albedo, shade * 0.85, distance),
+                             grain=float(painter.spec.transmission(distance))))
+    return shapes
+
+
+def _masts(painter: _Painter, mast_z: np.ndarray) -> list[_Prop]:
+    """Catenary masts beside the ego track, each with a cantilever reaching over the track."""
+    spec, g = painter.spec, painter.g
+    props = []
+    for z in mast_z:
+        centre = float(g.track_centre_x(z))
+        x = centre + spec.mast_side * spec.mast_lateral_m
+        distance = math.sqrt(x * x + z * z + g.height_m**2)
+        albedo = (0.36, 0.36, 0.35)
+        pole = _upright_box(painter, x, z, 0.3, 0.0, 7.6, albedo, 1.0, distance)
+        arm = _Shape("line", np.array([painter.project(x, 6.4, z), painter.project(centre, 6.1, z)]),
+                     painter.final_colour(albedo, 0.8, distance), _line_thickness(painter, x, 6.4, z, 0.08))
+        stay = _Shape("line", np.array([painter.project(x, 7.5, z), painter.project(centre, 6.15, z)]),
+                      painter.final_colour(albedo, 0.8, distance), _line_thickness(painter, x, 7.5, z, 0.05))
+        props.append(_Prop(distance, [pole, arm, stay]))
+    return props
+
+
+def _line_thickness(painter: _Painter, x: float, y: float, z: float, width_m: float) -> int:
+    return max(1, round(width_m * painter.pixels_per_m(x, y, z)))
+
+
+def _wires(painter: _Painter, mast_z: np.ndarray) -> list[_Prop]:
+    """Contact wire and messenger wire (sagging between masts) over the ego track, as segments."""
+    g = painter.g
+    z = np.geomspace(1.0, g.track_max_z_m, 240)
+    span_position = np.interp(z, mast_z, np.arange(mast_z.size), left=0.0, right=0.0) % 1.0
+    contact = np.full_like(z, CONTACT_WIRE_HEIGHT_M)
+    messenger = MESSENGER_WIRE_HEIGHT_M - 0.8 * 4 * span_position * (1 - span_position)
+    x = g.track_centre_x(z)
+    segments = []
+    for wire_y in (contact, messenger):
+        for i in range(z.size - 1):
+            distance = math.sqrt(x[i] ** 2 + z[i] ** 2 + (wire_y[i] - g.height_m) ** 2)
+            width_px = 0.015 * painter.pixels_per_m(x[i], wire_y[i], z[i])
+            colour = painter.final_colour((0.08, 0.08, 0.09), 1.0, distance, min(1.0, width_px))
+            ends = np.array([painter.project(x[j], wire_y[j], z[j]) for j in (i, i + 1)])
+            segments.append(_Prop(distance, [_Shape("line", ends, colour, max(1, round(width_px)))]))
+    return segments
+
+
+# -- camera finish -------------------------------------------------------------------------------
+def _finish(image: np.ndarray, spec: BackgroundSpec, rng: np.random.Generator) -> np.ndarray:
+    """Vignetting, sensor noise and quantisation."""
+    h, w = image.shape[:2]
+    v = (np.arange(h, dtype=np.float32) - (h - 1) / 2)[:, None] / np.float32(h / 2)
+    u = (np.arange(w, dtype=np.float32) - (w - 1) / 2)[None, :] / np.float32(w / 2)
+    falloff = 1 - np.float32(spec.vignette / 2) * (u * u + v * v)
+    noise = rng.standard_normal((h, w, 3), dtype=np.float32) * np.float32(spec.sensor_noise)
+    out = image * falloff[..., None] * np.float32(255) + noise
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)

@@ -1,0 +1,100 @@
+"""Prefect tasks of the dataset build: thin wrappers over ``synrail.pipeline``.
+
+Each task takes a config, small records and store URLs, and returns a small record. Its cache key
+is computed by :class:`StagePolicy` from the stage name, the library's code version and the
+content of its inputs (records carry the sha256 of the files they point to), and the cache lives in
+the build's own store, so an unchanged rerun into the same output finds every task ``Cached``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import CachePolicy
+from prefect.filesystems import RemoteFileSystem
+from pydantic import BaseModel
+
+from synrail import pipeline
+from synrail.config import BuildConfig
+from synrail.export.dataset import ExportSummary, export_dataset
+from synrail.store import Store
+from synrail.version import code_version
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BuildConfig):
+        return value.content_dict()  # execution settings never change the outputs
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+@dataclass
+class StagePolicy(CachePolicy):
+    """Key = stage + code version + every input, serialised as canonical JSON."""
+
+    stage: str = ""
+
+    def compute_key(self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: dict[str, Any],
+                    **kwargs: Any) -> str:
+        payload = {"stage": self.stage, "code": code_version(),
+                   "inputs": {k: _jsonable(v) for k, v in sorted(inputs.items())}}
+        return f"{self.stage}-" + hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def result_storage(cache_url: str) -> Path | RemoteFileSystem:
+    """Where task results and cache records live: inside the build's cache store.
+
+    Prefect takes a local folder as a ``Path``; a remote one must be a block saved on the server,
+    named after the URL so that every run over the same store shares it.
+    """
+    store = Store(cache_url)
+    if store.is_local:
+        return store.local_path("prefect")
+    block = RemoteFileSystem(basepath=store.url("prefect"), settings=store.storage_options)
+    block.save(f"synrail-cache-{hashlib.sha256(store.url('prefect').encode()).hexdigest()[:16]}", overwrite=True)
+    return block
+
+
+def cached(task_fn: Any, stage: str, cache_url: str) -> Any:
+    """``task_fn`` with its cache policy and result storage bound to this build's cache store."""
+    storage = result_storage(cache_url)
+    # no separate key_storage: each record holds its result, so one folder is the whole cache
+    return task_fn.with_options(cache_policy=StagePolicy(stage=stage), result_storage=storage)
+
+
+def as_records(model: type[BaseModel], values: list[Any]) -> list[Any]:
+    """Task results as records again: a cached result comes back from its JSON file as a dict."""
+    return [model.model_validate(v) for v in values]
+
+
+_COMMON = {"persist_result": True, "result_serializer": "json"}
+
+
+@task(name="prepare-background", retries=1, **_COMMON)
+def prepare_background(cfg: BuildConfig, index: int, cache_url: str) -> pipeline.BackgroundRecord:
+    return pipeline.prepare_background(cfg, index, Store(cache_url))
+
+
+@task(name="prepare-obstacle", retries=1, **_COMMON)
+def prepare_obstacle(cfg: BuildConfig, class_name: str, index: int, cache_url: str) -> pipeline.GalleryRecord:
+    return pipeline.prepare_gallery_item(cfg, class_name, index, Store(cache_url))
+
+
+@task(name="compose-chunk", retries=2, retry_delay_seconds=1, **_COMMON)
+def compose_chunk(cfg: BuildConfig, first: int, stop: int, backgrounds: list[pipeline.BackgroundRecord],
+                  gallery: list[pipeline.GalleryRecord], cache_url: str, out_url: str) -> pipeline.ChunkRecord:
+    return pipeline.compose_chunk(cfg, first, stop, backgrounds, gallery, Store(cache_url), Store(out_url))
+
+
+@task(name="export-dataset", retries=2, retry_delay_seconds=1, **_COMMON)
+def export(cfg: BuildConfig, chunks: list[pipeline.ChunkRecord], backgrounds: list[pipeline.BackgroundRecord],
+           gallery: list[pipeline.GalleryRecord], out_url: str) -> ExportSummary:
+    return export_dataset(cfg, chunks, backgrounds, gallery, Store(out_url))

@@ -1,0 +1,94 @@
+"""The build flow on configs/tiny.yaml under Prefect's test harness (one server for this module)."""
+
+import filecmp
+import json
+import time
+from pathlib import Path
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.testing.utilities import prefect_test_harness
+
+from flows.build_dataset import build_dataset, build_with_runner
+from synrail.config import load_config
+from synrail.export.validate import validate_dataset
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "tiny.yaml"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def harness():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(scope="module")
+def first_build(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("build") / "tiny"
+    build_with_runner(load_config(TINY), str(out))
+    return out
+
+
+def dataset_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".synrail" not in p.parts)
+
+
+def task_states(flow_run_id, expected: int) -> list[str]:
+    """Final task-run states; the server records them from events, so wait until all have landed."""
+    deadline = time.monotonic() + 30
+    while True:
+        with get_client(sync_client=True) as client:
+            runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        states = [r.state.name for r in runs if r.state]
+        if (len(states) == expected and all(r.state.is_final() for r in runs)) or time.monotonic() > deadline:
+            return states
+        time.sleep(0.5)
+
+
+def test_tiny_build_exports_a_valid_dataset(first_build):
+    assert validate_dataset(first_build) == []
+    cfg = load_config(TINY)
+    images = list((first_build / "images").rglob("*.jpg"))
+    assert len(images) == cfg.num_images
+    assert len(list((first_build / "labels").rglob("*.txt"))) == cfg.num_images
+    for name in ["data.yaml", "dataset_card.md", "manifest/backgrounds.parquet", "manifest/gallery.parquet",
+                 "manifest/images.parquet", "manifest/annotations.parquet"]:
+        assert (first_build / name).is_file(), name
+    coco = json.loads((first_build / "annotations/instances_train.json").read_text())
+    assert {c["name"] for c in coco["categories"]} == set(cfg.classes)
+    assert all(a["segmentation"]["counts"] and "distance_m" in a for a in coco["annotations"])
+    assert not list(first_build.rglob("*.tmp"))
+
+
+def test_rerun_into_the_same_output_recomputes_nothing(first_build):
+    cfg = load_config(TINY)
+    before = {p: p.stat().st_mtime_ns for p in (first_build / "images").rglob("*.jpg")}
+    flow_state = build_dataset.with_options(task_runner=ThreadPoolTaskRunner(max_workers=2))(
+        cfg, str(first_build), return_state=True)
+    assert flow_state.is_completed()
+    chunks = -(-cfg.num_images // cfg.execution.chunk_size)
+    expected = cfg.backgrounds.count + len(cfg.classes) * cfg.gallery.per_class + chunks + 1
+    states = task_states(flow_state.state_details.flow_run_id, expected)
+    assert len(states) == expected and set(states) == {"Cached"}, states
+    assert before == {p: p.stat().st_mtime_ns for p in (first_build / "images").rglob("*.jpg")}
+
+
+def test_same_seed_gives_identical_bytes_whatever_the_chunking(first_build, tmp_path):
+    other = tmp_path / "rechunked"
+    cfg = load_config(TINY, {"execution.chunk_size": 5, "execution.max_workers": 1})
+    build_with_runner(cfg, str(other))
+    files = dataset_files(first_build)
+    assert files == dataset_files(other)
+    match, mismatch, errors = filecmp.cmpfiles(first_build, other, files, shallow=False)
+    assert mismatch == [] and errors == []
+
+
+def test_another_seed_gives_another_dataset(first_build, tmp_path):
+    other = tmp_path / "seed1"
+    build_with_runner(load_config(TINY, {"seed": 1}), str(other))
+    assert validate_dataset(other) == []
+    first, second = first_build / "images/train/000000.jpg", other / "images/train/000000.jpg"
+    assert first.read_bytes() != second.read_bytes()

@@ -1,0 +1,145 @@
+import cv2
+import numpy as np
+import pytest
+
+from synrail.compose.composite import (GalleryCutout, Placement, SceneBackground, compose_image, drop_hidden,
+                                       feathered_alpha, place_obstacle)
+from synrail.compose.harmonize import harmonize_lab
+from synrail.compose.placement import GroundPoint, track_rows
+from synrail.config import ComposeConfig
+from synrail.rail.geometry import CameraGeometry
+
+W, H = 640, 360
+
+
+def scene(curvature: float = 0.0, colour=(90, 110, 120)) -> SceneBackground:
+    geometry = CameraGeometry.from_fov(W, H, 60, 2.5, 3.0, track_curvature=curvature)
+    mask = geometry.track_mask()
+    image = np.full((H, W, 3), colour, dtype=np.uint8)
+    return SceneBackground(image=image, track_mask=mask, track_rows=track_rows(mask), geometry=geometry)
+
+
+def box_cutout(cutout_id: str = "box", colour=(20, 200, 240), height_m: float = 1.7, size=(120, 40)) -> GalleryCutout:
+    rgba = np.zeros((*size, 4), dtype=np.uint8)
+    rgba[:, :, :3] = colour
+    rgba[:, :, 3] = 255
+    return GalleryCutout(cutout_id=cutout_id, class_name="person", source="test", rgba=rgba, height_m=height_m)
+
+
+def placement_at(bg: SceneBackground, x0: int, y0: int, h: int, w: int, distance: float) -> Placement:
+    cut = box_cutout(size=(h, w))
+    p = Placement(cutout=cut, point=GroundPoint(u=x0 + w // 2, v=y0 + h - 1, distance_m=distance), height_m=1.0,
+                  bgr=cut.rgba[:, :, :3].copy(), mask=np.ones((h, w), bool), x0=x0, y0=y0)
+    p.image_mask = np.zeros((H, W), bool)
+    p.image_mask[max(y0, 0):y0 + h, max(x0, 0):x0 + w] = True
+    return p
+
+
+@pytest.mark.parametrize("curvature", [0.0, 0.004, -0.004])
+def test_every_ground_point_lies_on_the_track_area(curvature):
+    bg = scene(curvature)
+    cfg = ComposeConfig(size_jitter=0.0)
+    for seed in range(200):
+        p = place_obstacle(bg, box_cutout(), cfg, np.random.default_rng(seed))
+        assert p is not None
+        assert bg.track_mask[p.point.v, p.point.u]
+        assert cfg.distance_m[0] * 0.97 <= p.point.distance_m <= cfg.distance_m[1] * 1.03
+
+
+def test_metric_scale_follows_the_camera_model():
+    bg = scene()
+    cfg = ComposeConfig(size_jitter=0.0, distance_m=(20.0, 20.0))
+    p = place_obstacle(bg, box_cutout(height_m=1.8), cfg, np.random.default_rng(1))
+    expected = 1.8 * bg.geometry.focal_px / p.point.distance_m
+    assert abs(p.mask.shape[0] - expected) <= max(1.0, 0.03 * expected)
+    assert p.y0 + p.mask.shape[0] - 1 == p.point.v  # the object stands on its ground point
+
+
+def test_linear_scale_is_the_papers_rule():
+    bg = scene()
+    cfg = ComposeConfig(scale="linear", linear={"alpha": (0.5, 0.5), "beta": (40, 40), "reference_width": W})
+    p = place_obstacle(bg, box_cutout(size=(120, 40)), cfg, np.random.default_rng(2))
+    track_width = len(bg.track_rows[p.point.v])
+    assert abs(p.mask.shape[1] - (0.5 * track_width + 40)) <= 1.5
+
+
+def test_nearer_obstacle_occludes_the_farther_one():
+    bg = scene()
+    far = placement_at(bg, 100, 100, 60, 40, distance=50)
+    near = placement_at(bg, 120, 110, 60, 40, distance=20)
+    kept, visible = drop_hidden([near, far], ComposeConfig(min_visibility=0.1))
+    assert [p.point.distance_m for p in kept] == [50, 20]  # far first: pasted under the near one
+    assert not (visible[0] & near.image_mask).any()
+    assert visible[1].sum() == near.image_mask.sum()
+    assert visible[0].sum() == far.image_mask.sum() - (far.image_mask & near.image_mask).sum()
+
+
+def test_mostly_hidden_obstacle_is_dropped_not_pasted():
+    bg = scene()
+    far = placement_at(bg, 100, 100, 60, 40, distance=50)
+    near = placement_at(bg, 102, 102, 60, 40, distance=20)
+    kept, _ = drop_hidden([far, near], ComposeConfig(min_visibility=0.3))
+    assert [p.point.distance_m for p in kept] == [20]
+
+
+def test_truncated_obstacle_counts_pixels_outside_the_image():
+    bg = scene()
+    edge = placement_at(bg, -20, 100, 60, 40, distance=30)
+    kept, visible = drop_hidden([edge], ComposeConfig(min_visibility=0.3))
+    assert visible[0].sum() == 60 * 20 and visible[0].sum() / kept[0].full_px == pytest.approx(0.5)
+
+
+def test_feathered_alpha_stays_inside_the_mask():
+    mask = np.zeros((30, 30), bool)
+    mask[5:25, 8:20] = True
+    alpha = feathered_alpha(mask, 2.0)
+    assert (alpha[~mask] == 0).all() and alpha[mask].min() > 0 and alpha[15, 14] == 1.0
+
+
+def test_labels_are_exactly_the_visible_pixels_and_harmonize_none_pastes_the_cutout():
+    bg = scene()
+    cfg = ComposeConfig(harmonize="none", feather_px=0.0, obstacles_per_image=(3, 3))
+    gallery = {"person": [box_cutout(colour=(20, 200, 240))]}
+    composite = compose_image(bg, gallery, ["person"], cfg, np.random.default_rng(5))
+    assert composite.instances
+    covered = np.zeros((H, W), bool)
+    for inst in composite.instances:
+        assert not (inst.visible_mask & covered).any()  # visible masks never overlap
+        covered |= inst.visible_mask
+        assert 0 < inst.visibility <= 1
+    changed = (composite.image != bg.image).any(axis=2)
+    assert (changed == covered).all()  # every changed pixel is labelled, every label pixel changed
+    assert (composite.image[covered] == (20, 200, 240)).all()
+
+
+def test_lab_harmonization_moves_the_object_toward_its_surroundings():
+    obj = np.full((40, 20, 3), (40, 220, 250), np.uint8)
+    mask = np.ones((40, 20), bool)
+    ring = np.full((500, 3), (90, 100, 110), np.uint8)
+    out = harmonize_lab(obj, mask, ring, strength=0.6)
+    lab = lambda a: cv2.cvtColor(a.reshape(-1, 1, 3), cv2.COLOR_BGR2Lab).reshape(-1, 3).astype(float).mean(0)  # noqa: E731
+    before, after, target = lab(obj), lab(out), lab(ring)
+    assert abs(after[0] - target[0]) < abs(before[0] - target[0]) * 0.6
+    assert np.linalg.norm(after[1:] - target[1:]) < np.linalg.norm(before[1:] - target[1:])
+    assert (harmonize_lab(obj, mask, ring, strength=0.0) == obj).all()
+
+
+def test_fog_pulls_distant_obstacles_toward_the_airlight():
+    geometry_scene = scene()
+    foggy = SceneBackground(image=geometry_scene.image, track_mask=geometry_scene.track_mask,
+                            track_rows=geometry_scene.track_rows, geometry=geometry_scene.geometry,
+                            fog_beta=0.05, airlight_bgr=(200.0, 200.0, 200.0))
+    cfg = ComposeConfig(harmonize="none", feather_px=0.0, obstacles_per_image=(1, 1), distance_m=(40, 40))
+    gallery = {"person": [box_cutout(colour=(0, 0, 0))]}
+    composite = compose_image(foggy, gallery, ["person"], cfg, np.random.default_rng(0))
+    pixels = composite.image[composite.instances[0].visible_mask].astype(float)
+    expected = 200 * (1 - np.exp(-0.05 * composite.instances[0].distance_m))
+    assert np.abs(pixels - expected).max() <= 1.0
+
+
+def test_same_generator_same_composite():
+    bg = scene(0.002)
+    gallery = {"person": [box_cutout("a"), box_cutout("b", colour=(200, 20, 20), size=(80, 50))]}
+    runs = [compose_image(bg, gallery, ["person"], ComposeConfig(), np.random.default_rng(42)) for _ in range(2)]
+    assert (runs[0].image == runs[1].image).all()
+    assert [i.ground_uv for i in runs[0].instances] == [i.ground_uv for i in runs[1].instances]

@@ -1,0 +1,101 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from synrail.config import ConfigError, load_config
+from synrail.output import OutputConflict, claim_output
+from synrail.store import Store, StoreError, sha256_bytes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_shipped_configs_load():
+    default = load_config(ROOT / "configs/default.yaml")
+    tiny = load_config(ROOT / "configs/tiny.yaml")
+    assert default.image.width == 1280 and tiny.num_images < default.num_images
+
+
+def test_overrides_apply_and_change_the_build_hash():
+    base = load_config(ROOT / "configs/tiny.yaml")
+    other = load_config(ROOT / "configs/tiny.yaml", {"compose.scale": "linear", "seed": 3})
+    assert other.compose.scale == "linear" and other.seed == 3
+    assert other.build_hash() != base.build_hash()
+    assert load_config(ROOT / "configs/tiny.yaml", {"execution.chunk_size": 3}).build_hash() == base.build_hash()
+
+
+@pytest.mark.parametrize("overrides, names", [
+    ({"compose.scale": "cubic"}, ["compose.scale", "'metric'", "'linear'"]),
+    ({"classes": ["person", "ufo"]}, ["classes", "unseen_obstacle"]),
+    ({"splits.train": 0.9}, ["sum to 1"]),
+    ({"compose.distance_m": [50, 10]}, ["compose.distance_m"]),
+    ({"compose.colour": 1}, ["compose.colour", "Extra inputs"]),
+])
+def test_invalid_config_names_the_field_and_allowed_values(overrides, names):
+    with pytest.raises(ConfigError) as err:
+        load_config(ROOT / "configs/tiny.yaml", overrides)
+    for name in names:
+        assert name in str(err.value)
+
+
+def test_missing_or_broken_config_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seed: [1,\n")
+    with pytest.raises(ConfigError, match="bad.yaml"):
+        load_config(bad)
+
+
+def test_cli_exits_2_on_invalid_config(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "flows.cli", "build", "--config", str(ROOT / "configs/tiny.yaml"),
+                             "--out", str(tmp_path / "o"), "--set", "compose.harmonize=magic"],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 2
+    assert "compose.harmonize" in result.stderr and "'lab'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_store_writes_atomically_and_hashes(tmp_path):
+    store = Store(str(tmp_path / "s"))
+    digest = store.write_bytes("a/b/c.bin", b"hello")
+    assert digest == sha256_bytes(b"hello") and store.read_bytes("a/b/c.bin") == b"hello"
+    assert os.listdir(tmp_path / "s" / "a" / "b") == ["c.bin"]  # no temporary file left behind
+    assert Store(f"file://{tmp_path}/s").read_bytes("a/b/c.bin") == b"hello"
+
+
+def test_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
+    store = Store(str(tmp_path))
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(StoreError, match="x.bin"):
+        store.write_bytes("x.bin", b"data")
+    assert os.listdir(tmp_path) == []
+
+
+def test_unwritable_output_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")  # a folder cannot be made below a file, even by root
+    with pytest.raises(StoreError, match="a-file/out"):
+        claim_output(Store(str(blocker / "out")), load_config(ROOT / "configs/tiny.yaml"), overwrite=False)
+
+
+def test_output_is_claimed_refused_and_overwritten(tmp_path):
+    cfg = load_config(ROOT / "configs/tiny.yaml")
+    out = Store(str(tmp_path / "out"))
+    assert claim_output(out, cfg, overwrite=False) is False
+    assert claim_output(out, cfg, overwrite=False) is True  # the same build again
+    other = load_config(ROOT / "configs/tiny.yaml", {"seed": 9})
+    with pytest.raises(OutputConflict, match="--overwrite"):
+        claim_output(out, other, overwrite=False)
+    out.write_text("stray.txt", "x")
+    assert claim_output(out, other, overwrite=True) is False
+    assert not out.exists("stray.txt")
+    foreign = Store(str(tmp_path / "foreign"))
+    foreign.write_text("notes.txt", "mine")
+    with pytest.raises(OutputConflict, match="not a SynRail build"):
+        claim_output(foreign, cfg, overwrite=False)

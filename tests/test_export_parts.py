@@ -1,0 +1,44 @@
+import numpy as np
+import pytest
+import yaml
+
+from synrail.export.coco import decode_rle, encode_rle, rle_box_and_area
+from synrail.export.yolo import data_yaml, yolo_line
+from synrail.pipeline import split_counts
+
+
+def test_rle_round_trip_and_tight_box():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        mask = np.zeros((72, 128), bool)
+        y0, x0 = rng.integers(0, 60), rng.integers(0, 110)
+        mask[y0:y0 + rng.integers(1, 12), x0:x0 + rng.integers(1, 18)] = True
+        mask &= rng.random(mask.shape) > 0.2
+        mask[y0, x0] = True
+        rle = encode_rle(mask)
+        assert isinstance(rle["counts"], str) and rle["size"] == [72, 128]
+        assert (decode_rle(rle) == mask).all()
+        box, area = rle_box_and_area(rle)
+        rows, cols = np.nonzero(mask)
+        assert box == [cols.min(), rows.min(), cols.max() - cols.min() + 1, rows.max() - rows.min() + 1]
+        assert area == mask.sum()
+
+
+def test_yolo_line_is_normalised_centre_and_size():
+    assert yolo_line(2, [10, 20, 30, 40], 100, 200) == "2 0.250000 0.200000 0.300000 0.200000"
+
+
+def test_data_yaml_has_no_path_and_maps_ids_to_names():
+    doc = yaml.safe_load(data_yaml(["train", "val"], ["person", "rock"]))
+    assert "path" not in doc
+    assert doc["train"] == "images/train" and doc["val"] == "images/val" and "test" not in doc
+    assert doc["names"] == {0: "person", 1: "rock"}
+
+
+@pytest.mark.parametrize("total", [1, 3, 7, 24, 200, 1001])
+def test_split_counts_add_up_and_keep_small_splits(total):
+    counts = split_counts(total, {"train": 0.8, "val": 0.1, "test": 0.1})
+    assert sum(counts.values()) == total
+    if total >= 3:
+        assert min(counts.values()) >= 1
+    assert counts["train"] >= counts["val"]
