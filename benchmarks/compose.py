@@ -54,13 +54,16 @@ def library_loop(cfg, out: Store, cache: Store) -> None:
 def composition_vs_floor(n: int, work: Path) -> None:
     cfg = load_config(ROOT / "configs/default.yaml", {"num_images": n, "compose.obstacles_per_image": [1, 3],
                                                       "compose.harmonize": "lab"})
-    cache, out = Store(str(work / "cache")), Store(str(work / "compose-out"))
+    cache = Store(str(work / "cache"))
     backgrounds, gallery = prepare_inputs(cfg, cache)
-    started = time.perf_counter()
-    pipeline.compose_chunk(cfg, 0, n, backgrounds, gallery, cache, out)
-    compose_rate = n / (time.perf_counter() - started)
+    rates = []
+    for attempt in ("cold", "warm"):  # cold decodes each background PNG and cutout on first use
+        started = time.perf_counter()
+        pipeline.compose_chunk(cfg, 0, n, backgrounds, gallery, cache, Store(str(work / f"compose-{attempt}")))
+        rates.append(n / (time.perf_counter() - started))
+    cold_rate, compose_rate = rates
 
-    jpegs = [p.read_bytes() for p in sorted((work / "compose-out" / "images").rglob("*.jpg"))]
+    jpegs = [p.read_bytes() for p in sorted((work / "compose-warm" / "images").rglob("*.jpg"))]
     params = [cv2.IMWRITE_JPEG_QUALITY, cfg.image.jpeg_quality]
     started = time.perf_counter()
     for data in jpegs:
@@ -68,7 +71,8 @@ def composition_vs_floor(n: int, work: Path) -> None:
         pipeline.encode_image(image, ".jpg", params)
     floor_rate = len(jpegs) / (time.perf_counter() - started)
     print(f"composition, 1 core, {cfg.image.width}x{cfg.image.height}, 1-3 obstacles, harmonize=lab: "
-          f"{compose_rate:.1f} images/s")
+          f"{compose_rate:.1f} images/s with {cfg.backgrounds.count} backgrounds and {len(gallery)} cutouts "
+          f"in memory; {cold_rate:.1f} images/s on a cold pass that decodes each on first use")
     print(f"JPEG decode+encode floor, same images, same run:           {floor_rate:.1f} images/s")
     print(f"  composition / floor = {compose_rate / floor_rate:.2f}  (target >= 0.50)")
 

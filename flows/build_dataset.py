@@ -10,6 +10,7 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.prefect_env import wait_for_task_runs_recorded
 from synrail.config import BuildConfig
 from synrail.export.dataset import ExportSummary
 from synrail.output import claim_output
@@ -67,8 +68,19 @@ def _publish(summary: ExportSummary, out: Store) -> None:
     create_markdown_artifact(key="dataset-card", markdown=out.read_text("dataset_card.md"))
 
 
+def expected_task_runs(config: BuildConfig) -> int:
+    """How many task runs one build makes (the flow above, counted)."""
+    chunks = len(chunk_ranges(config.num_images, config.execution.chunk_size))
+    return config.backgrounds.count + len(gallery_plan(config)) + chunks + 1
+
+
 def build_with_runner(config: BuildConfig, out_url: str, overwrite: bool = False,
                       show_progress: bool = False) -> ExportSummary:
-    """Run :func:`build_dataset` with a thread pool bounded by ``execution.max_workers``."""
+    """Run :func:`build_dataset` with a thread pool bounded by ``execution.max_workers``, and return
+    only once the server has recorded all its task runs (see ``prefect_env``)."""
     runner = ThreadPoolTaskRunner(max_workers=config.execution.max_workers)
-    return build_dataset.with_options(task_runner=runner)(config, out_url, overwrite, show_progress)
+    state = build_dataset.with_options(task_runner=runner)(config, out_url, overwrite, show_progress,
+                                                           return_state=True)
+    wait_for_task_runs_recorded(state.state_details.flow_run_id, expected_task_runs(config),
+                                timeout_s=60.0 if state.is_completed() else 5.0)
+    return state.result()

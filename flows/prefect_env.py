@@ -1,20 +1,58 @@
-"""Prefect settings for a local, offline run; set before Prefect is imported.
+"""Prefect settings for local and offline runs, and a clean shutdown of the ephemeral server.
 
-Placeholder values; refined from the SQLite investigation.
+Why each setting (measured with Prefect 3.9.1; see the README's "Prefect notes"):
+- ``PREFECT_SERVER_ANALYTICS_ENABLED=false``: the server's telemetry heartbeat reads, then inserts,
+  its session row in a deferred SQLite transaction; on a fresh database a concurrent commit makes
+  that insert fail at once with "database is locked" (the busy timeout does not apply), and offline
+  it also logs a DNS failure on every run. ``DO_NOT_TRACK=1`` turns off the client's side.
+- ``PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE`` / ``..._FLUSH_INTERVAL``: task runs reach
+  the database only through events that the TaskRunRecorder writes, by default one event per
+  transaction; it falls behind a few hundred tasks, and at exit the server is stopped while it is
+  still flushing ("Error flushing N events", task runs missing from the UI). Batches keep it up.
+- ``PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL=WARNING``: a quiet console under our own progress bar,
+  while every log line still goes to the API (``PREFECT_LOGGING_LEVEL`` would cut those too).
+All are defaults only: a value the user has set wins.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from uuid import UUID
 
 OFFLINE_DEFAULTS = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",  # whole seconds: Prefect applies int()
 }
+FINAL_STATE_TYPES = ["COMPLETED", "FAILED", "CANCELLED", "CRASHED"]
 
 
 def configure_prefect_environment(verbose: bool = False) -> None:
+    """Apply the defaults above; call before ``import prefect``."""
     for name, value in OFFLINE_DEFAULTS.items():
         os.environ.setdefault(name, value)
     if not verbose:
-        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
+
+
+def wait_for_task_runs_recorded(flow_run_id: UUID, expected: int, timeout_s: float = 60.0) -> int:
+    """Block until the server has recorded ``expected`` finished task runs of a flow run.
+
+    The ephemeral server is stopped by an exit hook without draining its services; waiting here
+    first means no event is cut off mid-flush and the UI shows every task run.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all(timeout=timeout_s)
+    body = {"flow_runs": {"id": {"any_": [str(flow_run_id)]}},
+            "task_runs": {"state": {"type": {"any_": FINAL_STATE_TYPES}}}}
+    deadline = time.monotonic() + timeout_s
+    with get_client(sync_client=True) as client:
+        while True:
+            recorded = int(client.request("POST", "/task_runs/count", json=body).json())
+            if recorded >= expected or time.monotonic() > deadline:
+                return recorded
+            time.sleep(0.25)

@@ -225,7 +225,7 @@ def compose_one(cfg: BuildConfig, index: int, split: str, backgrounds: Sequence[
 def _annotation_rows(index: int, composite: Composite, cfg: BuildConfig) -> list[dict[str, Any]]:
     rows = []
     for k, inst in enumerate(composite.instances):
-        rle = encode_rle(inst.visible_mask)
+        rle = encode_rle(inst.visible_mask.full())
         bbox, area = rle_box_and_area(rle)
         rows.append({
             "image_id": image_id(index), "image_index": index, "instance": k, "class_name": inst.class_name,

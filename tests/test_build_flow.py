@@ -11,7 +11,7 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.testing.utilities import prefect_test_harness
 
-from flows.build_dataset import build_dataset, build_with_runner
+from flows.build_dataset import build_dataset, build_with_runner, expected_task_runs
 from synrail.config import load_config
 from synrail.export.validate import validate_dataset
 
@@ -71,6 +71,7 @@ def test_rerun_into_the_same_output_recomputes_nothing(first_build):
     assert flow_state.is_completed()
     chunks = -(-cfg.num_images // cfg.execution.chunk_size)
     expected = cfg.backgrounds.count + len(cfg.classes) * cfg.gallery.per_class + chunks + 1
+    assert expected_task_runs(cfg) == expected
     states = task_states(flow_state.state_details.flow_run_id, expected)
     assert len(states) == expected and set(states) == {"Cached"}, states
     assert before == {p: p.stat().st_mtime_ns for p in (first_build / "images").rglob("*.jpg")}

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from synrail.compose.composite import (GalleryCutout, Placement, SceneBackground, compose_image, drop_hidden,
-                                       feathered_alpha, place_obstacle)
+                                       feathered_alpha, place_obstacle, placement_at)
 from synrail.compose.harmonize import harmonize_lab
 from synrail.compose.placement import GroundPoint, track_rows
 from synrail.config import ComposeConfig
@@ -26,13 +26,10 @@ def box_cutout(cutout_id: str = "box", colour=(20, 200, 240), height_m: float = 
     return GalleryCutout(cutout_id=cutout_id, class_name="person", source="test", rgba=rgba, height_m=height_m)
 
 
-def placement_at(bg: SceneBackground, x0: int, y0: int, h: int, w: int, distance: float) -> Placement:
+def box_at(x0: int, y0: int, h: int, w: int, distance: float) -> Placement:
     cut = box_cutout(size=(h, w))
-    p = Placement(cutout=cut, point=GroundPoint(u=x0 + w // 2, v=y0 + h - 1, distance_m=distance), height_m=1.0,
-                  bgr=cut.rgba[:, :, :3].copy(), mask=np.ones((h, w), bool), x0=x0, y0=y0)
-    p.image_mask = np.zeros((H, W), bool)
-    p.image_mask[max(y0, 0):y0 + h, max(x0, 0):x0 + w] = True
-    return p
+    return placement_at(cut, GroundPoint(u=x0 + w // 2, v=y0 + h - 1, distance_m=distance), 1.0,
+                        cut.rgba[:, :, :3].copy(), np.ones((h, w), bool), x0, y0, (H, W))
 
 
 @pytest.mark.parametrize("curvature", [0.0, 0.004, -0.004])
@@ -65,28 +62,30 @@ def test_linear_scale_is_the_papers_rule():
 
 def test_nearer_obstacle_occludes_the_farther_one():
     bg = scene()
-    far = placement_at(bg, 100, 100, 60, 40, distance=50)
-    near = placement_at(bg, 120, 110, 60, 40, distance=20)
+    far = box_at(100, 100, 60, 40, distance=50)
+    near = box_at(120, 110, 60, 40, distance=20)
     kept, visible = drop_hidden([near, far], ComposeConfig(min_visibility=0.1))
     assert [p.point.distance_m for p in kept] == [50, 20]  # far first: pasted under the near one
-    assert not (visible[0] & near.image_mask).any()
-    assert visible[1].sum() == near.image_mask.sum()
-    assert visible[0].sum() == far.image_mask.sum() - (far.image_mask & near.image_mask).sum()
+    far_full, near_full = far.in_image.full(), near.in_image.full()
+    assert not (visible[0].full() & near_full).any()
+    assert (visible[1].full() == near_full).all()
+    assert visible[0].area == far_full.sum() - (far_full & near_full).sum() == 60 * 40 - 50 * 20
 
 
 def test_mostly_hidden_obstacle_is_dropped_not_pasted():
     bg = scene()
-    far = placement_at(bg, 100, 100, 60, 40, distance=50)
-    near = placement_at(bg, 102, 102, 60, 40, distance=20)
+    far = box_at(100, 100, 60, 40, distance=50)
+    near = box_at(102, 102, 60, 40, distance=20)
     kept, _ = drop_hidden([far, near], ComposeConfig(min_visibility=0.3))
     assert [p.point.distance_m for p in kept] == [20]
 
 
 def test_truncated_obstacle_counts_pixels_outside_the_image():
     bg = scene()
-    edge = placement_at(bg, -20, 100, 60, 40, distance=30)
+    edge = box_at(-20, 100, 60, 40, distance=30)
     kept, visible = drop_hidden([edge], ComposeConfig(min_visibility=0.3))
-    assert visible[0].sum() == 60 * 20 and visible[0].sum() / kept[0].full_px == pytest.approx(0.5)
+    assert visible[0].area == 60 * 20 and visible[0].area / kept[0].full_px == pytest.approx(0.5)
+    assert box_at(-50, 100, 60, 40, distance=30) is None  # wholly outside the image
 
 
 def test_feathered_alpha_stays_inside_the_mask():
@@ -104,8 +103,9 @@ def test_labels_are_exactly_the_visible_pixels_and_harmonize_none_pastes_the_cut
     assert composite.instances
     covered = np.zeros((H, W), bool)
     for inst in composite.instances:
-        assert not (inst.visible_mask & covered).any()  # visible masks never overlap
-        covered |= inst.visible_mask
+        mask = inst.visible_mask.full()
+        assert not (mask & covered).any()  # visible masks never overlap
+        covered |= mask
         assert 0 < inst.visibility <= 1
     changed = (composite.image != bg.image).any(axis=2)
     assert (changed == covered).all()  # every changed pixel is labelled, every label pixel changed
@@ -132,7 +132,7 @@ def test_fog_pulls_distant_obstacles_toward_the_airlight():
     cfg = ComposeConfig(harmonize="none", feather_px=0.0, obstacles_per_image=(1, 1), distance_m=(40, 40))
     gallery = {"person": [box_cutout(colour=(0, 0, 0))]}
     composite = compose_image(foggy, gallery, ["person"], cfg, np.random.default_rng(0))
-    pixels = composite.image[composite.instances[0].visible_mask].astype(float)
+    pixels = composite.image[composite.instances[0].visible_mask.full()].astype(float)
     expected = 200 * (1 - np.exp(-0.05 * composite.instances[0].distance_m))
     assert np.abs(pixels - expected).max() <= 1.0
 

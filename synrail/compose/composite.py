@@ -8,7 +8,7 @@ left mostly hidden are removed *before* pasting, so no pixel of an unlabelled ob
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -43,20 +43,64 @@ class GalleryCutout:
     height_m: float
 
 
-@dataclass
+@dataclass(frozen=True)
+class WindowMask:
+    """A mask of an image that is empty outside one window; only the window is stored."""
+
+    top: int
+    left: int
+    mask: np.ndarray  # bool, the window's contents
+    image_shape: tuple[int, int]
+
+    @property
+    def area(self) -> int:
+        return int(np.count_nonzero(self.mask))
+
+    def full(self) -> np.ndarray:
+        """The whole-image mask, Fortran-ordered as pycocotools wants it."""
+        canvas = np.zeros(self.image_shape, dtype=bool, order="F")
+        canvas[self.top:self.top + self.mask.shape[0], self.left:self.left + self.mask.shape[1]] = self.mask
+        return canvas
+
+    def minus(self, other: "WindowMask") -> "WindowMask":
+        """This mask without the pixels of ``other``."""
+        top, left = max(self.top, other.top), max(self.left, other.left)
+        bottom = min(self.top + self.mask.shape[0], other.top + other.mask.shape[0])
+        right = min(self.left + self.mask.shape[1], other.left + other.mask.shape[1])
+        if top >= bottom or left >= right:
+            return self
+        mask = self.mask.copy()
+        mask[top - self.top:bottom - self.top, left - self.left:right - self.left] &= \
+            ~other.mask[top - other.top:bottom - other.top, left - other.left:right - other.left]
+        return WindowMask(self.top, self.left, mask, self.image_shape)
+
+
+@dataclass(frozen=True)
 class Placement:
     cutout: GalleryCutout
     point: GroundPoint
     height_m: float
     bgr: np.ndarray  # resized cutout colours
-    mask: np.ndarray  # resized cutout mask (bool), full object
+    mask: np.ndarray  # resized cutout mask (bool), the whole object
     x0: int  # image column of the cutout's left edge (may be negative)
-    y0: int  # image row of its top edge
-    image_mask: np.ndarray = field(repr=False, default=None)  # H x W bool, the in-image part
+    y0: int  # image row of its top edge (may be negative)
+    in_image: WindowMask  # the part of ``mask`` inside the image
+    full_px: int  # pixels of the whole object, inside the image or not
 
-    @property
-    def full_px(self) -> int:
-        return int(self.mask.sum())
+
+def placement_at(cutout: GalleryCutout, point: GroundPoint, height_m: float, bgr: np.ndarray, mask: np.ndarray,
+                 x0: int, y0: int, image_shape: tuple[int, int]) -> Placement | None:
+    """A placement with its in-image window; None when the object lies wholly outside the image."""
+    height, width = image_shape
+    top, bottom = max(y0, 0), min(y0 + mask.shape[0], height)
+    left, right = max(x0, 0), min(x0 + mask.shape[1], width)
+    if top >= bottom or left >= right:
+        return None
+    window = WindowMask(top, left, mask[top - y0:bottom - y0, left - x0:right - x0], image_shape)
+    if window.area == 0:
+        return None
+    return Placement(cutout=cutout, point=point, height_m=height_m, bgr=bgr, mask=mask, x0=x0, y0=y0,
+                     in_image=window, full_px=int(np.count_nonzero(mask)))
 
 
 @dataclass(frozen=True)
@@ -69,7 +113,7 @@ class Instance:
     distance_m: float
     height_m: float
     ground_uv: tuple[int, int]
-    visible_mask: np.ndarray  # H x W bool
+    visible_mask: WindowMask
     visibility: float  # visible / full object pixels, in (0, 1]
     truncated: bool  # part of the object lies outside the image
     occluded: bool  # part of the in-image object is hidden by a nearer one
@@ -108,15 +152,6 @@ def _pixel_height(bg: SceneBackground, cutout: GalleryCutout, point: GroundPoint
     return width * cutout.rgba.shape[0] / cutout.rgba.shape[1]
 
 
-def _image_mask(p: Placement, height: int, width: int) -> np.ndarray:
-    canvas = np.zeros((height, width), dtype=bool)
-    h, w = p.mask.shape
-    ys, xs = slice(max(p.y0, 0), min(p.y0 + h, height)), slice(max(p.x0, 0), min(p.x0 + w, width))
-    if ys.start < ys.stop and xs.start < xs.stop:
-        canvas[ys, xs] = p.mask[ys.start - p.y0:ys.stop - p.y0, xs.start - p.x0:xs.stop - p.x0]
-    return canvas
-
-
 def place_obstacle(bg: SceneBackground, cutout: GalleryCutout, cfg: ComposeConfig,
                    rng: np.random.Generator) -> Placement | None:
     """Try up to ``max_attempts`` ground points; None when none gives a usable obstacle."""
@@ -133,30 +168,30 @@ def place_obstacle(bg: SceneBackground, cutout: GalleryCutout, cfg: ComposeConfi
             continue
         rows, cols = np.nonzero(mask)
         foot_col = int(round((cols.min() + cols.max()) / 2))  # bottom-centre of the silhouette
-        p = Placement(cutout=cutout, point=point, height_m=height_m, bgr=bgr, mask=mask,
-                      x0=point.u - foot_col, y0=point.v - int(rows.max()))
-        p.image_mask = _image_mask(p, *bg.track_mask.shape)
-        if p.image_mask.any():
-            return p
+        placement = placement_at(cutout, point, height_m, bgr, mask, x0=point.u - foot_col,
+                                 y0=point.v - int(rows.max()), image_shape=bg.track_mask.shape)
+        if placement is not None:
+            return placement
     return None
 
 
-def _visible_masks(ordered: Sequence[Placement]) -> list[np.ndarray]:
+def _visible_masks(ordered: Sequence[Placement]) -> list[WindowMask]:
     """Visible part of each placement, ``ordered`` far to near (nearer ones cover farther ones)."""
-    covered = np.zeros_like(ordered[0].image_mask)
-    visible: list[np.ndarray] = [None] * len(ordered)  # type: ignore[list-item]
-    for i in range(len(ordered) - 1, -1, -1):
-        visible[i] = ordered[i].image_mask & ~covered
-        covered |= ordered[i].image_mask
+    visible = []
+    for i, placement in enumerate(ordered):
+        mask = placement.in_image
+        for nearer in ordered[i + 1:]:
+            mask = mask.minus(nearer.in_image)
+        visible.append(mask)
     return visible
 
 
-def drop_hidden(placements: Sequence[Placement], cfg: ComposeConfig) -> tuple[list[Placement], list[np.ndarray]]:
+def drop_hidden(placements: Sequence[Placement], cfg: ComposeConfig) -> tuple[list[Placement], list[WindowMask]]:
     """Sort far to near and remove, worst first, obstacles too hidden to label; return survivors and masks."""
     kept = sorted(placements, key=lambda p: -p.point.distance_m)
     while kept:
         visible = _visible_masks(kept)
-        scores = [(int(m.sum()), int(m.sum()) / p.full_px) for p, m in zip(kept, visible)]
+        scores = [(m.area, m.area / p.full_px) for p, m in zip(kept, visible)]
         failing = [i for i, (px, vis) in enumerate(scores) if vis < cfg.min_visibility or px < cfg.min_visible_px]
         if not failing:
             return kept, visible
@@ -167,14 +202,16 @@ def drop_hidden(placements: Sequence[Placement], cfg: ComposeConfig) -> tuple[li
 def _paste(canvas: np.ndarray, p: Placement, bg: SceneBackground, cfg: ComposeConfig) -> None:
     """Harmonize, fog and alpha-blend one placement into ``canvas`` in place (the paper's eq. 2)."""
     height, width = canvas.shape[:2]
-    h, w = p.mask.shape
-    y0, y1, x0, x1 = max(p.y0, 0), min(p.y0 + h, height), max(p.x0, 0), min(p.x0 + w, width)
+    window = p.in_image
+    y0, x0 = window.top, window.left
+    y1, x1 = y0 + window.mask.shape[0], x0 + window.mask.shape[1]
     crop = (slice(y0 - p.y0, y1 - p.y0), slice(x0 - p.x0, x1 - p.x0))
-    obj, mask = p.bgr[crop], p.mask[crop]
+    obj, mask = p.bgr[crop], window.mask
     if cfg.harmonize == "lab":
-        ring = max(2, int(round(_RING_SHARE * h)))
+        ring = max(2, int(round(_RING_SHARE * p.mask.shape[0])))
         ry0, ry1, rx0, rx1 = max(y0 - ring, 0), min(y1 + ring, height), max(x0 - ring, 0), min(x1 + ring, width)
-        ring_mask = p.image_mask[ry0:ry1, rx0:rx1]
+        ring_mask = np.zeros((ry1 - ry0, rx1 - rx0), dtype=bool)
+        ring_mask[y0 - ry0:y1 - ry0, x0 - rx0:x1 - rx0] = mask
         obj = harmonize_lab(obj, mask, ring_pixels(canvas[ry0:ry1, rx0:rx1], ring_mask, ring), cfg.harmonize_strength)
     colour = obj.astype(np.float32)
     if bg.fog_beta > 0:  # the same atmosphere the background was seen through, at this distance
@@ -203,8 +240,8 @@ def compose_image(bg: SceneBackground, gallery: Mapping[str, Sequence[GalleryCut
     instances = [
         Instance(class_name=p.cutout.class_name, cutout_id=p.cutout.cutout_id, source=p.cutout.source,
                  distance_m=p.point.distance_m, height_m=p.height_m, ground_uv=(p.point.u, p.point.v),
-                 visible_mask=m, visibility=float(m.sum()) / p.full_px,
-                 truncated=int(p.image_mask.sum()) < p.full_px, occluded=int(m.sum()) < int(p.image_mask.sum()))
+                 visible_mask=m, visibility=m.area / p.full_px,
+                 truncated=p.in_image.area < p.full_px, occluded=m.area < p.in_image.area)
         for p, m in zip(kept, visible)
     ]
     return Composite(image=canvas, instances=instances)

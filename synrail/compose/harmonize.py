@@ -42,6 +42,6 @@ def harmonize_lab(object_bgr: np.ndarray, object_mask: np.ndarray, ring_bgr: np.
 
 def ring_pixels(canvas_bgr: np.ndarray, mask: np.ndarray, width_px: int) -> np.ndarray:
     """Background pixels within ``width_px`` of ``mask`` (both the same size), as N x 3."""
-    kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * width_px + 1, 2 * width_px + 1))
+    kernel = cv2.getStructuringElement(cv2.MORPH_RECT, (2 * width_px + 1, 2 * width_px + 1))  # separable: fast
     ring = cv2.dilate(mask.astype(np.uint8), kernel).astype(bool) & ~mask
     return canvas_bgr[ring]

@@ -11,7 +11,7 @@ from pycocotools import mask as mask_utils
 
 def encode_rle(mask: np.ndarray) -> dict[str, Any]:
     """H x W bool mask -> {"size": [H, W], "counts": str} (JSON-ready compressed RLE)."""
-    rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
+    rle = mask_utils.encode(np.asfortranarray(mask, dtype=np.uint8))
     return {"size": [int(s) for s in rle["size"]], "counts": rle["counts"].decode("ascii")}
 
 
