@@ -27,7 +27,7 @@ import cv2  # noqa: E402
 
 from synrail import pipeline  # noqa: E402
 from synrail.config import load_config  # noqa: E402
-from synrail.export.dataset import export_dataset  # noqa: E402
+from synrail.local_build import build_in_process  # noqa: E402
 from synrail.store import Store  # noqa: E402
 
 
@@ -41,14 +41,6 @@ def prepare_inputs(cfg, cache: Store):
     backgrounds = [pipeline.prepare_background(cfg, i, cache) for i in range(cfg.backgrounds.count)]
     gallery = [pipeline.prepare_gallery_item(cfg, c, i, cache) for c, i in pipeline.gallery_plan(cfg)]
     return backgrounds, gallery
-
-
-def library_loop(cfg, out: Store, cache: Store) -> None:
-    """The whole build as a plain loop over the same library calls the flow's tasks make."""
-    backgrounds, gallery = prepare_inputs(cfg, cache)
-    chunks = [pipeline.compose_chunk(cfg, a, b, backgrounds, gallery, cache, out)
-              for a, b in pipeline.chunk_ranges(cfg.num_images, cfg.execution.chunk_size)]
-    export_dataset(cfg, chunks, backgrounds, gallery, out)
 
 
 def composition_vs_floor(n: int, work: Path) -> None:
@@ -88,7 +80,7 @@ def flow_vs_loop(n: int, work: Path) -> None:
 
     cfg = load_config(ROOT / "configs/default.yaml", {"num_images": n, "execution.max_workers": 1})
     started = time.perf_counter()
-    library_loop(cfg, Store(str(work / "loop-out")), Store(str(work / "loop-cache")))
+    build_in_process(cfg, str(work / "loop-out"))
     loop_s = time.perf_counter() - started
 
     started = time.perf_counter()
