@@ -31,15 +31,17 @@ from synrail.local_build import build_in_process  # noqa: E402
 from synrail.store import Store  # noqa: E402
 
 
-def pin_to_one_core() -> None:
+def pin_to_one_core() -> set[int]:
+    """Pin this process to one core; returns the cores it had."""
     cv2.setNumThreads(1)
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    cores = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cores)})
+    return cores
 
 
 def prepare_inputs(cfg, cache: Store):
     backgrounds = [pipeline.prepare_background(cfg, i, cache) for i in range(cfg.backgrounds.count)]
-    gallery = [pipeline.prepare_gallery_item(cfg, c, i, cache) for c, i in pipeline.gallery_plan(cfg)]
+    gallery = pipeline.prepare_gallery(cfg, cache)
     return backgrounds, gallery
 
 
@@ -69,7 +71,9 @@ def composition_vs_floor(n: int, work: Path) -> None:
     print(f"  composition / floor = {compose_rate / floor_rate:.2f}  (target >= 0.50)")
 
 
-def flow_vs_loop(n: int, work: Path) -> None:
+def flow_vs_loop(n: int, work: Path, cores: set[int]) -> None:
+    # one worker each, but the Prefect server process may use the other cores, as a real server would
+    os.sched_setaffinity(0, cores)
     os.environ.setdefault("PREFECT_HOME", str(work / "prefect-home"))
     from flows.prefect_env import configure_prefect_environment
 
@@ -100,11 +104,12 @@ def main() -> None:
     parser.add_argument("--compose-images", type=int, default=200)
     parser.add_argument("--flow-images", type=int, default=1000)
     args = parser.parse_args()
-    pin_to_one_core()
+    cores = pin_to_one_core()
     with tempfile.TemporaryDirectory(prefix="synrail-bench-") as tmp:
-        composition_vs_floor(args.compose_images, Path(tmp))
+        if args.compose_images:
+            composition_vs_floor(args.compose_images, Path(tmp))
         if args.flow_images:
-            flow_vs_loop(args.flow_images, Path(tmp))
+            flow_vs_loop(args.flow_images, Path(tmp), cores)
 
 
 if __name__ == "__main__":

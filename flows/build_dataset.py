@@ -1,5 +1,5 @@
-"""The dataset build as a Prefect flow: backgrounds and obstacles fan out, compositions run in
-chunks, export gathers them. Entry point for ``synrail build`` and for prefect.yaml."""
+"""The dataset build as a Prefect flow: backgrounds fan out one task each, obstacles one task per
+class, compositions run in chunks, export gathers them. Entry point for ``synrail build`` and for prefect.yaml."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from flows.prefect_env import wait_for_task_runs_recorded
 from synrail.config import BuildConfig
 from synrail.export.dataset import ExportSummary
 from synrail.output import claim_output
-from synrail.pipeline import BackgroundRecord, ChunkRecord, GalleryRecord, chunk_ranges, gallery_plan
+from synrail.pipeline import BackgroundRecord, ChunkRecord, GalleryRecord, chunk_ranges
 from synrail.store import Store
 from tasks import build as t
 
@@ -31,15 +31,14 @@ def build_dataset(config: BuildConfig, out_url: str, overwrite: bool = False,
     claim_output(out, config, overwrite)
     cache_url = config.execution.cache_url or default_cache_url(out.root_url)
     background_task = t.cached(t.prepare_background, "background", cache_url)
-    obstacle_task = t.cached(t.prepare_obstacle, "obstacle", cache_url)
+    obstacle_task = t.cached(t.prepare_obstacles, "obstacles", cache_url)
     compose_task = t.cached(t.compose_chunk, "compose", cache_url)
     export_task = t.cached(t.export, "export", cache_url)
 
     backgrounds = background_task.map(unmapped(config), range(config.backgrounds.count), unmapped(cache_url))
-    plan = gallery_plan(config)
-    obstacles = obstacle_task.map(unmapped(config), [c for c, _ in plan], [i for _, i in plan], unmapped(cache_url))
+    obstacles = obstacle_task.map(unmapped(config), list(config.classes), unmapped(cache_url))
     background_records = t.as_records(BackgroundRecord, backgrounds.result())
-    gallery_records = t.as_records(GalleryRecord, obstacles.result())
+    gallery_records = t.as_records(GalleryRecord, [r for per_class in obstacles.result() for r in per_class])
 
     chunks = [compose_task.submit(config, first, stop, background_records, gallery_records, cache_url, out.root_url)
               for first, stop in chunk_ranges(config.num_images, config.execution.chunk_size)]
@@ -71,7 +70,7 @@ def _publish(summary: ExportSummary, out: Store) -> None:
 def expected_task_runs(config: BuildConfig) -> int:
     """How many task runs one build makes (the flow above, counted)."""
     chunks = len(chunk_ranges(config.num_images, config.execution.chunk_size))
-    return config.backgrounds.count + len(gallery_plan(config)) + chunks + 1
+    return config.backgrounds.count + len(config.classes) + chunks + 1
 
 
 def build_with_runner(config: BuildConfig, out_url: str, overwrite: bool = False,

@@ -47,8 +47,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
     return overrides
 
 
-def _summary_table(summary, seconds: float) -> Table:
-    table = Table(title=f"SynRail build: {summary.out_url}  ({seconds:.1f} s)")
+def _summary_table(summary) -> Table:
+    table = Table(title="images and annotations per split")
     table.add_column("split")
     table.add_column("images", justify="right")
     table.add_column("annotations", justify="right")
@@ -87,9 +87,10 @@ def build_command(args: argparse.Namespace) -> int:
         console.print(f"[red]build failed:[/red] {type(err).__name__}: {err}", highlight=False)
         return 1
     seconds = time.perf_counter() - started
-    console.print(_summary_table(summary, seconds))
+    console.print(_summary_table(summary))
     console.print(_class_table(summary))
-    console.print(f"dataset: {summary.out_url}  (data.yaml, annotations/, dataset_card.md)", highlight=False)
+    console.print(f"built in {seconds:.1f} s: {summary.out_url}  (data.yaml, annotations/, dataset_card.md)",
+                  highlight=False, soft_wrap=True)
     return 0
 
 

@@ -18,7 +18,7 @@ def build_in_process(cfg: BuildConfig, out_url: str, overwrite: bool = False) ->
     claim_output(out, cfg, overwrite)
     cache = Store(cfg.execution.cache_url or out.url(".synrail/cache"))
     backgrounds = [pipeline.prepare_background(cfg, i, cache) for i in range(cfg.backgrounds.count)]
-    gallery = [pipeline.prepare_gallery_item(cfg, c, i, cache) for c, i in pipeline.gallery_plan(cfg)]
+    gallery = pipeline.prepare_gallery(cfg, cache)
     chunks = [pipeline.compose_chunk(cfg, first, stop, backgrounds, gallery, cache, out)
               for first, stop in pipeline.chunk_ranges(cfg.num_images, cfg.execution.chunk_size)]
     return export_dataset(cfg, chunks, backgrounds, gallery, out)

@@ -165,11 +165,6 @@ def prepare_background(cfg: BuildConfig, index: int, cache: Store) -> Background
 
 
 # -- stage 2: obstacle gallery -------------------------------------------------------------------
-def gallery_plan(cfg: BuildConfig) -> list[tuple[str, int]]:
-    """(class, index within class) of every gallery item."""
-    return [(name, i) for name in cfg.classes for i in range(cfg.gallery.per_class)]
-
-
 def prepare_gallery_item(cfg: BuildConfig, class_name: str, index: int, cache: Store) -> GalleryRecord:
     """Render one procedural obstacle cutout (RGBA, exact alpha) with its physical size."""
     stream = STREAM_GALLERY * 1000 + cfg.classes.index(class_name)
@@ -183,6 +178,15 @@ def prepare_gallery_item(cfg: BuildConfig, class_name: str, index: int, cache: S
         cutout_id=f"{class_name}-{index:04d}", class_name=class_name, source=f"procedural/{cutout.variant}",
         path=path, sha256=sha, height_m=cutout.height_m, width_px=cutout.rgba.shape[1],
         height_px=cutout.rgba.shape[0], mask_px=int((cutout.rgba[:, :, 3] > 0).sum()))
+
+
+def prepare_gallery_class(cfg: BuildConfig, class_name: str, cache: Store) -> list[GalleryRecord]:
+    """All ``gallery.per_class`` cutouts of one class (a few ms each: one task for the lot)."""
+    return [prepare_gallery_item(cfg, class_name, i, cache) for i in range(cfg.gallery.per_class)]
+
+
+def prepare_gallery(cfg: BuildConfig, cache: Store) -> list[GalleryRecord]:
+    return [record for name in cfg.classes for record in prepare_gallery_class(cfg, name, cache)]
 
 
 # -- stage 3: composition ------------------------------------------------------------------------

@@ -83,9 +83,9 @@ def prepare_background(cfg: BuildConfig, index: int, cache_url: str) -> pipeline
     return pipeline.prepare_background(cfg, index, Store(cache_url))
 
 
-@task(name="prepare-obstacle", retries=1, **_COMMON)
-def prepare_obstacle(cfg: BuildConfig, class_name: str, index: int, cache_url: str) -> pipeline.GalleryRecord:
-    return pipeline.prepare_gallery_item(cfg, class_name, index, Store(cache_url))
+@task(name="prepare-obstacles", retries=1, **_COMMON)
+def prepare_obstacles(cfg: BuildConfig, class_name: str, cache_url: str) -> list[pipeline.GalleryRecord]:
+    return pipeline.prepare_gallery_class(cfg, class_name, Store(cache_url))
 
 
 @task(name="compose-chunk", retries=2, retry_delay_seconds=1, **_COMMON)

@@ -70,7 +70,7 @@ def test_rerun_into_the_same_output_recomputes_nothing(first_build):
         cfg, str(first_build), return_state=True)
     assert flow_state.is_completed()
     chunks = -(-cfg.num_images // cfg.execution.chunk_size)
-    expected = cfg.backgrounds.count + len(cfg.classes) * cfg.gallery.per_class + chunks + 1
+    expected = cfg.backgrounds.count + len(cfg.classes) + chunks + 1
     assert expected_task_runs(cfg) == expected
     states = task_states(flow_state.state_details.flow_run_id, expected)
     assert len(states) == expected and set(states) == {"Cached"}, states
