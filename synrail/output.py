@@ -18,19 +18,22 @@ class OutputConflict(RuntimeError):
 def claim_output(out: Store, cfg: BuildConfig, overwrite: bool) -> bool:
     """Make ``out`` ready for ``cfg``; return True when it already holds this very build (a rerun).
 
-    A folder holding a different build, or anything that is not a SynRail build, is refused unless
-    ``overwrite`` is set, in which case its contents are deleted first.
+    A folder holding a different build is refused unless ``overwrite`` is set, in which case its
+    contents are deleted first. A non-empty folder that is not a SynRail build is always refused:
+    overwrite never deletes files SynRail did not write.
     """
     marker = {"build_hash": cfg.build_hash(), "name": cfg.name, "synrail_version": __version__}
     if not out.is_empty():
-        previous = json.loads(out.read_text(BUILD_MARKER)) if out.exists(BUILD_MARKER) else None
-        if previous and previous.get("build_hash") == marker["build_hash"] and not overwrite:
+        if not out.exists(BUILD_MARKER):
+            raise OutputConflict(f"{out.root_url} is not empty and holds no SynRail build; choose an empty "
+                                 "or new folder for --out")
+        previous = json.loads(out.read_text(BUILD_MARKER))
+        if previous.get("build_hash") == marker["build_hash"] and not overwrite:
             return True
         if not overwrite:
-            what = (f"a different build ({previous.get('name')}, build hash {previous.get('build_hash')})"
-                    if previous else "files that are not a SynRail build")
-            raise OutputConflict(f"{out.root_url} holds {what}; this config's build hash is "
-                                 f"{marker['build_hash']}. Pass --overwrite to replace it, or choose another --out.")
+            raise OutputConflict(f"{out.root_url} holds a different build ({previous.get('name')}, build hash "
+                                 f"{previous.get('build_hash')}; this config's is {marker['build_hash']}). "
+                                 "Pass --overwrite to replace it, or choose another --out.")
         for name in out.list(""):
             out.remove(name)
     out.check_writable()

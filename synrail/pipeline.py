@@ -54,6 +54,8 @@ class BackgroundRecord(Record):
     geometry: CameraGeometry
     fog_beta: float
     airlight_bgr: tuple[float, float, float]
+    illumination_bgr: tuple[float, float, float]
+    sensor_noise: float
     rail_area: dict[str, Any]  # compressed RLE of the track area
     rail_area_px: int
 
@@ -161,6 +163,7 @@ def prepare_background(cfg: BuildConfig, index: int, cache: Store) -> Background
         source=f"procedural/{spec.track_type}", path=path, sha256=sha, width=cfg.image.width,
         height=cfg.image.height, track_type=spec.track_type, condition=spec.condition, geometry=spec.geometry,
         fog_beta=spec.fog_beta, airlight_bgr=tuple(float(c) for c in spec.fog_colour_bgr),
+        illumination_bgr=tuple(float(c) for c in spec.illumination_bgr), sensor_noise=float(spec.sensor_noise),
         rail_area=encode_rle(mask), rail_area_px=int(mask.sum()))
 
 
@@ -197,7 +200,8 @@ def _load_scene_background(cache_url: str, record_json: str) -> SceneBackground:
     image = decode_image(cache.read_bytes(record.path), cv2.IMREAD_COLOR, cache.url(record.path))
     mask = decode_rle(record.rail_area)
     return SceneBackground(image=image, track_mask=mask, track_rows=track_rows(mask), geometry=record.geometry,
-                           fog_beta=record.fog_beta, airlight_bgr=record.airlight_bgr)
+                           fog_beta=record.fog_beta, airlight_bgr=record.airlight_bgr,
+                           illumination_bgr=record.illumination_bgr, sensor_noise=record.sensor_noise)
 
 
 @functools.lru_cache(maxsize=4096)

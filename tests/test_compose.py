@@ -143,3 +143,21 @@ def test_same_generator_same_composite():
     runs = [compose_image(bg, gallery, ["person"], ComposeConfig(), np.random.default_rng(42)) for _ in range(2)]
     assert (runs[0].image == runs[1].image).all()
     assert [i.ground_uv for i in runs[0].instances] == [i.ground_uv for i in runs[1].instances]
+
+
+def test_scene_light_and_sensor_noise_reach_the_obstacle():
+    base = scene()
+    dusk = SceneBackground(image=base.image, track_mask=base.track_mask, track_rows=base.track_rows,
+                           geometry=base.geometry, illumination_bgr=(0.3, 0.3, 0.3))
+    cfg = ComposeConfig(harmonize="none", feather_px=0.0, obstacles_per_image=(1, 1))
+    gallery = {"person": [box_cutout(colour=(100, 200, 250))]}
+    lit = compose_image(dusk, gallery, ["person"], cfg, np.random.default_rng(0))
+    pixels = lit.image[lit.instances[0].visible_mask.full()]
+    assert (pixels == (30, 60, 75)).all()
+
+    noisy = SceneBackground(image=base.image, track_mask=base.track_mask, track_rows=base.track_rows,
+                            geometry=base.geometry, sensor_noise=4.0)
+    grainy = compose_image(noisy, gallery, ["person"], cfg.model_copy(update={"distance_m": (12.0, 12.0)}),
+                           np.random.default_rng(0))
+    values = grainy.image[grainy.instances[0].visible_mask.full()].astype(float)
+    assert 3.0 < values[:, 0].std() < 5.0

@@ -97,5 +97,22 @@ def test_output_is_claimed_refused_and_overwritten(tmp_path):
     assert not out.exists("stray.txt")
     foreign = Store(str(tmp_path / "foreign"))
     foreign.write_text("notes.txt", "mine")
-    with pytest.raises(OutputConflict, match="not a SynRail build"):
-        claim_output(foreign, cfg, overwrite=False)
+    for overwrite in (False, True):  # never deletes what SynRail did not write
+        with pytest.raises(OutputConflict, match="holds no SynRail build"):
+            claim_output(foreign, cfg, overwrite=overwrite)
+    assert foreign.read_text("notes.txt") == "mine"
+
+
+def test_the_same_code_builds_into_a_non_local_store():
+    """fsspec's in-memory filesystem stands in for s3:// here: no local paths, direct PUTs."""
+    from synrail.local_build import build_in_process
+
+    cfg = load_config(ROOT / "configs/tiny.yaml", {"num_images": 6})
+    summary = build_in_process(cfg, "memory://synrail-test/out")
+    store = Store("memory://synrail-test/out")
+    assert not store.is_local and summary.out_url == "memory://synrail-test/out"
+    assert sum(summary.images_per_split.values()) == 6
+    assert store.exists("data.yaml") and store.exists("annotations/instances_train.json")
+    assert len(store.list("images/train")) == summary.images_per_split["train"]
+    with pytest.raises(StoreError, match="not on a local disk"):
+        store.local_path()

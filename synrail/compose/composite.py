@@ -32,6 +32,9 @@ class SceneBackground:
     geometry: CameraGeometry
     fog_beta: float = 0.0  # extinction coefficient (1/m) the background was rendered or seen with
     airlight_bgr: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    illumination_bgr: tuple[float, float, float] = (1.0, 1.0, 1.0)  # scene light on an albedo (known for
+    # rendered scenes; 1 for photographs, where harmonization does the matching)
+    sensor_noise: float = 0.0  # std of the background's sensor noise, 0-255 units
 
 
 @dataclass(frozen=True)
@@ -199,14 +202,18 @@ def drop_hidden(placements: Sequence[Placement], cfg: ComposeConfig) -> tuple[li
     return [], []
 
 
-def _paste(canvas: np.ndarray, p: Placement, bg: SceneBackground, cfg: ComposeConfig) -> None:
-    """Harmonize, fog and alpha-blend one placement into ``canvas`` in place (the paper's eq. 2)."""
+def _paste(canvas: np.ndarray, p: Placement, bg: SceneBackground, cfg: ComposeConfig,
+           rng: np.random.Generator) -> None:
+    """Light, harmonize, fog, add sensor noise and alpha-blend one placement into ``canvas`` in place
+    (the paper's eq. 2)."""
     height, width = canvas.shape[:2]
     window = p.in_image
     y0, x0 = window.top, window.left
     y1, x1 = y0 + window.mask.shape[0], x0 + window.mask.shape[1]
     crop = (slice(y0 - p.y0, y1 - p.y0), slice(x0 - p.x0, x1 - p.x0))
     obj, mask = p.bgr[crop], window.mask
+    if bg.illumination_bgr != (1.0, 1.0, 1.0):  # the scene's own light falls on the obstacle
+        obj = np.clip(obj * np.asarray(bg.illumination_bgr, dtype=np.float32) + 0.5, 0, 255).astype(np.uint8)
     if cfg.harmonize == "lab":
         ring = max(2, int(round(_RING_SHARE * p.mask.shape[0])))
         ry0, ry1, rx0, rx1 = max(y0 - ring, 0), min(y1 + ring, height), max(x0 - ring, 0), min(x1 + ring, width)
@@ -217,6 +224,8 @@ def _paste(canvas: np.ndarray, p: Placement, bg: SceneBackground, cfg: ComposeCo
     if bg.fog_beta > 0:  # the same atmosphere the background was seen through, at this distance
         t = float(np.exp(-bg.fog_beta * p.point.distance_m))
         colour = colour * t + np.asarray(bg.airlight_bgr, dtype=np.float32) * (1 - t)
+    if bg.sensor_noise > 0:  # the same sensor: a pasted obstacle must not be cleaner than its scene
+        colour = colour + rng.normal(0.0, bg.sensor_noise, colour.shape).astype(np.float32)
     alpha = feathered_alpha(p.mask, cfg.feather_px)[crop][:, :, None]
     roi = canvas[y0:y1, x0:x1].astype(np.float32)
     canvas[y0:y1, x0:x1] = np.clip(alpha * colour + (1 - alpha) * roi + 0.5, 0, 255).astype(np.uint8)
@@ -236,7 +245,7 @@ def compose_image(bg: SceneBackground, gallery: Mapping[str, Sequence[GalleryCut
     kept, visible = drop_hidden(placements, cfg) if placements else ([], [])
     canvas = bg.image.copy()
     for p in kept:
-        _paste(canvas, p, bg, cfg)
+        _paste(canvas, p, bg, cfg, rng)
     instances = [
         Instance(class_name=p.cutout.class_name, cutout_id=p.cutout.cutout_id, source=p.cutout.source,
                  distance_m=p.point.distance_m, height_m=p.height_m, ground_uv=(p.point.u, p.point.v),

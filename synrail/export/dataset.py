@@ -52,6 +52,7 @@ def _background_row(record: BackgroundRecord) -> dict[str, Any]:
     row = record.model_dump(mode="json")
     row["geometry"] = json.dumps(row["geometry"], sort_keys=True)
     row["airlight_bgr"] = list(row["airlight_bgr"])
+    row["illumination_bgr"] = list(row["illumination_bgr"])
     row["rail_area"] = json.dumps(row["rail_area"])
     return row
 
