@@ -87,18 +87,24 @@ def rng_for(seed: int, stream: int, index: int) -> np.random.Generator:
 
 
 # -- splits --------------------------------------------------------------------------------------
-def split_counts(total: int, fractions: Mapping[str, float]) -> dict[str, int]:
-    """Largest-remainder counts; every split with a share gets at least one item when possible."""
-    wanted = {s: total * fractions[s] for s in SPLITS}
-    counts = {s: math.floor(v) for s, v in wanted.items()}
-    for s in sorted(SPLITS, key=lambda s: counts[s] - wanted[s])[: total - sum(counts.values())]:
-        counts[s] += 1
-    for s in SPLITS:
-        donor = max(SPLITS, key=lambda d: counts[d])
-        if fractions[s] > 0 and counts[s] == 0 and counts[donor] > 1:
+def largest_remainder(total: int, weights: Mapping[str, float]) -> dict[str, int]:
+    """Split ``total`` in proportion to ``weights``; every key with weight gets at least one when possible."""
+    keys = list(weights)
+    scale = total / sum(weights.values())
+    wanted = {k: weights[k] * scale for k in keys}
+    counts = {k: math.floor(v) for k, v in wanted.items()}
+    for k in sorted(keys, key=lambda k: counts[k] - wanted[k])[: total - sum(counts.values())]:
+        counts[k] += 1
+    for k in keys:
+        donor = max(keys, key=lambda d: counts[d])
+        if weights[k] > 0 and counts[k] == 0 and counts[donor] > 1:
             counts[donor] -= 1
-            counts[s] += 1
+            counts[k] += 1
     return counts
+
+
+def split_counts(total: int, fractions: Mapping[str, float]) -> dict[str, int]:
+    return largest_remainder(total, {s: fractions[s] for s in SPLITS})
 
 
 def image_splits(cfg: BuildConfig) -> list[str]:
@@ -107,12 +113,29 @@ def image_splits(cfg: BuildConfig) -> list[str]:
     return [s for s in SPLITS for _ in range(counts[s])]
 
 
-def background_splits(cfg: BuildConfig) -> list[str]:
-    """Each background belongs to one split, so no scene is seen in training and testing both."""
-    counts = split_counts(cfg.backgrounds.count, cfg.splits.fractions())
-    ordered = [s for s in SPLITS for _ in range(counts[s])]
-    order = rng_for(cfg.seed, STREAM_SPLIT, 0).permutation(len(ordered))
-    return [ordered[i] for i in order]
+def _shuffled_quota(counts: Mapping[str, int], rng: np.random.Generator) -> list[str]:
+    ordered = [key for key, n in counts.items() for _ in range(n)]
+    return [ordered[i] for i in rng.permutation(len(ordered))]
+
+
+def background_plan(cfg: BuildConfig) -> list[tuple[str, str, str]]:
+    """(split, condition, track type) of every background.
+
+    Each background belongs to one split, so no scene is seen in training and testing both, and
+    every split gets its own share of each condition and track type (drawn independently, a small
+    validation split could end up all clear weather, and per-condition scores would be undefined).
+    """
+    bgc = cfg.backgrounds
+    splits = _shuffled_quota(split_counts(bgc.count, cfg.splits.fractions()), rng_for(cfg.seed, STREAM_SPLIT, 0))
+    plan: list[tuple[str, str, str]] = [("", "", "")] * bgc.count
+    for k, split in enumerate(SPLITS, start=1):
+        members = [i for i, s in enumerate(splits) if s == split]
+        rng = rng_for(cfg.seed, STREAM_SPLIT, k)
+        conditions = _shuffled_quota(largest_remainder(len(members), bgc.conditions), rng)
+        tracks = _shuffled_quota(largest_remainder(len(members), {t: 1.0 for t in bgc.track_types}), rng)
+        for i, condition, track in zip(members, conditions, tracks):
+            plan[i] = (split, condition, track)
+    return plan
 
 
 def image_id(index: int) -> str:
@@ -148,9 +171,10 @@ def read_table(store: Store, rel: str) -> list[dict[str, Any]]:
 def prepare_background(cfg: BuildConfig, index: int, cache: Store) -> BackgroundRecord:
     """Render procedural background ``index`` with its exact track area and camera geometry."""
     bgc = cfg.backgrounds
+    split, condition, track_type = background_plan(cfg)[index]
     spec = sample_background_spec(
         rng_for(cfg.seed, STREAM_BACKGROUND, index), width=cfg.image.width, height=cfg.image.height,
-        track_types=bgc.track_types, conditions=bgc.conditions, camera_height_m=bgc.camera.height_m,
+        track_types=[track_type], conditions={condition: 1.0}, camera_height_m=bgc.camera.height_m,
         pitch_deg=bgc.camera.pitch_deg, hfov_deg=bgc.camera.hfov_deg, max_curvature=bgc.max_curvature,
         max_offset_m=bgc.max_offset_m)
     png = encode_image(render_background(spec), ".png")
@@ -159,7 +183,7 @@ def prepare_background(cfg: BuildConfig, index: int, cache: Store) -> Background
     cache.write_bytes(path, png)
     mask = spec.geometry.track_mask()
     return BackgroundRecord(
-        background_id=f"bg-{cfg.seed}-{index:05d}", index=index, split=background_splits(cfg)[index],
+        background_id=f"bg-{cfg.seed}-{index:05d}", index=index, split=split,
         source=f"procedural/{spec.track_type}", path=path, sha256=sha, width=cfg.image.width,
         height=cfg.image.height, track_type=spec.track_type, condition=spec.condition, geometry=spec.geometry,
         fog_beta=spec.fog_beta, airlight_bgr=tuple(float(c) for c in spec.fog_colour_bgr),

@@ -42,3 +42,21 @@ def test_split_counts_add_up_and_keep_small_splits(total):
     if total >= 3:
         assert min(counts.values()) >= 1
     assert counts["train"] >= counts["val"]
+
+
+def test_every_split_gets_its_share_of_conditions_and_track_types():
+    from collections import Counter
+
+    from synrail.config import load_config
+    from synrail.pipeline import background_plan
+
+    cfg = load_config(None, {"backgrounds.count": 40})
+    plan = background_plan(cfg)
+    assert Counter(s for s, _, _ in plan) == {"train": 32, "val": 4, "test": 4}
+    for split in ("val", "test"):
+        conditions = Counter(c for s, c, _ in plan if s == split)
+        tracks = Counter(t for s, _, t in plan if s == split)
+        assert len(conditions) == 4 and tracks == {"ballasted": 2, "ballastless": 2}
+    train = Counter(c for s, c, _ in plan if s == "train")
+    assert train["normal"] > train["overcast"] > train["fog"] >= 1
+    assert plan == background_plan(cfg) and plan != background_plan(cfg.model_copy(update={"seed": 1}))
