@@ -225,7 +225,7 @@ def _paste(canvas: np.ndarray, p: Placement, bg: SceneBackground, cfg: ComposeCo
         t = float(np.exp(-bg.fog_beta * p.point.distance_m))
         colour = colour * t + np.asarray(bg.airlight_bgr, dtype=np.float32) * (1 - t)
     if bg.sensor_noise > 0:  # the same sensor: a pasted obstacle must not be cleaner than its scene
-        colour = colour + rng.normal(0.0, bg.sensor_noise, colour.shape).astype(np.float32)
+        colour += rng.standard_normal(colour.shape, dtype=np.float32) * np.float32(bg.sensor_noise)
     alpha = feathered_alpha(p.mask, cfg.feather_px)[crop][:, :, None]
     roi = canvas[y0:y1, x0:x1].astype(np.float32)
     canvas[y0:y1, x0:x1] = np.clip(alpha * colour + (1 - alpha) * roi + 0.5, 0, 255).astype(np.uint8)
