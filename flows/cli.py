@@ -35,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="override any config field, e.g. --set compose.scale=linear (repeatable)")
     build.add_argument("--no-progress", action="store_true", help="no progress bar")
     build.add_argument("--verbose", action="store_true", help="show Prefect's own log lines on the console")
+    validate = commands.add_parser("validate", help="check an exported dataset against the export contract")
+    validate.add_argument("--out", required=True, help="the dataset folder")
     return parser
 
 
@@ -94,11 +96,23 @@ def build_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def validate_command(args: argparse.Namespace) -> int:
+    from synrail.export.validate import validate_dataset
+
+    try:
+        problems = validate_dataset(args.out)
+    except (OSError, ValueError) as err:
+        console.print(f"[red]error:[/red] {args.out} is not a readable SynRail export: {err}", highlight=False)
+        return 2
+    for problem in problems:
+        console.print(problem, highlight=False, soft_wrap=True)
+    console.print(f"{len(problems)} problem(s) in {args.out}", highlight=False)
+    return 1 if problems else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "build":
-        return build_command(args)
-    return 2
+    return build_command(args) if args.command == "build" else validate_command(args)
 
 
 if __name__ == "__main__":

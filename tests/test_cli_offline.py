@@ -45,3 +45,17 @@ def test_build_runs_offline_ends_clean_and_refuses_a_different_build(tmp_path):
 
     refused = run([str(SYNRAIL), "build", "--config", "configs/tiny.yaml", "--out", str(out), "--seed", "7"], tmp_path)
     assert refused.returncode == 2 and "--overwrite" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_validate_command_reports_a_broken_label(tmp_path):
+    from synrail.config import load_config
+    from synrail.local_build import build_in_process
+
+    out = tmp_path / "ds"
+    build_in_process(load_config(ROOT / "configs/tiny.yaml", {"num_images": 4}), str(out))
+    ok = subprocess.run([str(SYNRAIL), "validate", "--out", str(out)], capture_output=True, text=True)
+    assert ok.returncode == 0 and "0 problem(s)" in ok.stderr
+    label = next(p for p in sorted((out / "labels" / "train").glob("*.txt")) if p.read_text())
+    label.write_text("0 0.5 0.5 0.1 0.1\n")
+    broken = subprocess.run([str(SYNRAIL), "validate", "--out", str(out)], capture_output=True, text=True)
+    assert broken.returncode == 1 and label.name in broken.stderr
