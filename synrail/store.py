@@ -27,7 +27,8 @@ def normalise_url(url: str) -> str:
     """A plain path becomes an absolute file:// URL; other URLs are kept as they are."""
     if "://" in url:
         return url.rstrip("/")
-    return Path(url).expanduser().resolve().as_uri()
+    # not Path.as_uri(): it percent-encodes (a space becomes %20) and fsspec does not decode it back
+    return "file://" + Path(url).expanduser().resolve().as_posix()
 
 
 class StoreError(OSError):

@@ -65,6 +65,12 @@ def test_store_writes_atomically_and_hashes(tmp_path):
     assert Store(f"file://{tmp_path}/s").read_bytes("a/b/c.bin") == b"hello"
 
 
+def test_paths_with_spaces_work(tmp_path):
+    store = Store(str(tmp_path / "with space"))
+    store.write_text("a.txt", "x")
+    assert (tmp_path / "with space" / "a.txt").read_text() == "x" and store.list("") == ["a.txt"]
+
+
 def test_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
     store = Store(str(tmp_path))
 
