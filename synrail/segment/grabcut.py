@@ -1,0 +1,158 @@
+"""GrabCut (OpenCV) as a weight-free mask extractor: the default when no SAM checkpoint is given."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+
+from synrail.segment.base import MaskResult, Prompt, postprocess_mask
+
+GMM_COMPONENTS = 5  # cv2.grabCut fits 5-component colour GMMs; its k-means needs that many samples per side
+SEED_RADIUS_PX = 2  # points become small disks: one pixel alone barely moves the colour models
+CONTEXT_FRACTION = 0.5  # GrabCut runs on the box grown by half its size: enough background, and fast
+POINT_BOX_MARGIN_FRACTION = 0.1  # point-only prompts: box around the points grown by 10% of the long side
+MIN_POINT_BOX_MARGIN_PX = 16
+RNG_SEED = 0
+
+PixelBox = tuple[int, int, int, int]  # x0, y0, x1, y1 with exclusive ends, inside the image
+
+
+class GrabCutSegmenter:
+    """Box/point prompts to masks with cv2.grabCut; deterministic (the OpenCV RNG is seeded per prompt).
+
+    ``score`` is a heuristic in [0, 1]: ``box_fit * (1 - border_touch / 2)``, where ``box_fit`` is the
+    IoU of the mask's tight box with the prompt box (a fragment or a leak scores low) and
+    ``border_touch`` the fraction of the box outline the mask covers (a mask hugging its box is often
+    GrabCut giving up and keeping the whole box). Point-only prompts have no real box, so their score
+    is ``1 - border_touch`` on the box built around the points.
+    """
+
+    def __init__(self, iterations: int = 5, min_area_px: int = 64) -> None:
+        if iterations < 1:
+            raise ValueError(f"iterations must be at least 1, got {iterations}")
+        self.iterations = iterations
+        self.min_area_px = min_area_px
+
+    @property
+    def identity(self) -> str:
+        return f"grabcut/opencv-{cv2.__version__}/it{self.iterations}"
+
+    def segment(self, image_bgr: np.ndarray, prompts: Sequence[Prompt]) -> list[MaskResult]:
+        bgr = as_bgr8(image_bgr)
+        return [self._segment_one(bgr, prompt) for prompt in prompts]
+
+    def _segment_one(self, bgr: np.ndarray, prompt: Prompt) -> MaskResult:
+        height, width = bgr.shape[:2]
+        empty = MaskResult(np.zeros((height, width), bool), 0.0)
+        box = prompt_pixel_box(prompt, (height, width))
+        if box is None:
+            return empty
+        rx0, ry0, rx1, ry1 = work_region(box, prompt.points, (height, width))
+        labels = initial_labels((ry1 - ry0, rx1 - rx0), shift_box(box, rx0, ry0),
+                                [(x - rx0, y - ry0) for x, y in prompt.points], prompt.point_labels)
+        if not has_enough_samples(labels):
+            return empty
+        cv2.setRNGSeed(RNG_SEED)
+        bgd_model, fgd_model = np.zeros((1, 65), np.float64), np.zeros((1, 65), np.float64)
+        cv2.grabCut(bgr[ry0:ry1, rx0:rx1], labels, None, bgd_model, fgd_model, self.iterations,
+                    cv2.GC_INIT_WITH_MASK)
+        full = np.zeros((height, width), bool)
+        full[ry0:ry1, rx0:rx1] = (labels == cv2.GC_FGD) | (labels == cv2.GC_PR_FGD)
+        mask = postprocess_mask(full, self.min_area_px)
+        if mask is None:
+            return empty
+        return MaskResult(mask, grabcut_score(mask, box, has_box=prompt.box is not None))
+
+
+def as_bgr8(image: np.ndarray) -> np.ndarray:
+    """cv2.grabCut wants 8-bit, 3-channel images; grey and BGRA inputs are converted."""
+    if image.dtype != np.uint8:
+        raise ValueError(f"expected a uint8 image, got {image.dtype}")
+    if image.ndim == 2:
+        return cv2.cvtColor(image, cv2.COLOR_GRAY2BGR)
+    if image.ndim == 3 and image.shape[2] == 4:
+        return cv2.cvtColor(image, cv2.COLOR_BGRA2BGR)
+    if image.ndim == 3 and image.shape[2] == 3:
+        return np.ascontiguousarray(image)
+    raise ValueError(f"expected an H x W (x 3|4) image, got shape {image.shape}")
+
+
+def prompt_pixel_box(prompt: Prompt, shape: tuple[int, int]) -> PixelBox | None:
+    """The prompt's box in whole pixels (clipped), or one around its points; None when it is empty."""
+    height, width = shape
+    if prompt.box is not None:
+        x0, y0, x1, y1 = prompt.box
+    else:
+        x0, y0, x1, y1 = box_around_points(prompt, shape)
+    box = (max(0, math.floor(x0)), max(0, math.floor(y0)), min(width, math.ceil(x1)), min(height, math.ceil(y1)))
+    return box if box[2] > box[0] and box[3] > box[1] else None
+
+
+def box_around_points(prompt: Prompt, shape: tuple[int, int]) -> tuple[float, float, float, float]:
+    """Bounding box of the foreground points (all points when there are none), grown by a margin."""
+    foreground = [p for p, label in zip(prompt.points, prompt.point_labels) if label == 1]
+    xs, ys = zip(*(foreground or prompt.points))
+    margin = max(MIN_POINT_BOX_MARGIN_PX, POINT_BOX_MARGIN_FRACTION * max(shape))
+    return min(xs) - margin, min(ys) - margin, max(xs) + margin + 1, max(ys) + margin + 1
+
+
+def work_region(box: PixelBox, points: Sequence[tuple[float, float]], shape: tuple[int, int]) -> PixelBox:
+    """The box and the points, grown by CONTEXT_FRACTION of the box size, clipped to the image."""
+    height, width = shape
+    xs = [box[0], box[2]] + [int(x) for x, _ in points]
+    ys = [box[1], box[3]] + [int(y) for _, y in points]
+    grow_x = math.ceil(CONTEXT_FRACTION * (box[2] - box[0]))
+    grow_y = math.ceil(CONTEXT_FRACTION * (box[3] - box[1]))
+    return (max(0, min(xs) - grow_x), max(0, min(ys) - grow_y),
+            min(width, max(xs) + 1 + grow_x), min(height, max(ys) + 1 + grow_y))
+
+
+def shift_box(box: PixelBox, dx: int, dy: int) -> PixelBox:
+    return box[0] - dx, box[1] - dy, box[2] - dx, box[3] - dy
+
+
+def initial_labels(shape: tuple[int, int], box: PixelBox, points: Sequence[tuple[float, float]],
+                   point_labels: Sequence[int]) -> np.ndarray:
+    """GrabCut's label image: background outside the box, probable foreground inside, seeds at the points."""
+    labels = np.full(shape, cv2.GC_BGD, np.uint8)
+    x0, y0, x1, y1 = box
+    labels[y0:y1, x0:x1] = cv2.GC_PR_FGD
+    if not (labels == cv2.GC_BGD).any():
+        # the box covers the whole region (a full-image box): the outer ring is the only background hint
+        ring = np.ones(shape, bool)
+        ring[1:-1, 1:-1] = False
+        labels[ring] = cv2.GC_PR_BGD
+    for (x, y), label in zip(points, point_labels):
+        cv2.circle(labels, (int(round(x)), int(round(y))), SEED_RADIUS_PX,
+                   int(cv2.GC_FGD if label == 1 else cv2.GC_BGD), thickness=-1)
+    return labels
+
+
+def has_enough_samples(labels: np.ndarray) -> bool:
+    foreground = np.count_nonzero((labels == cv2.GC_FGD) | (labels == cv2.GC_PR_FGD))
+    background = labels.size - foreground
+    return foreground >= GMM_COMPONENTS and background >= GMM_COMPONENTS
+
+
+def grabcut_score(mask: np.ndarray, box: PixelBox, has_box: bool) -> float:
+    """The heuristic documented on GrabCutSegmenter."""
+    x0, y0, x1, y1 = box
+    inside = mask[y0:y1, x0:x1]
+    outline = np.concatenate([inside[0], inside[-1], inside[1:-1, 0], inside[1:-1, -1]])
+    border_touch = float(outline.mean())
+    if not has_box:
+        return 1.0 - border_touch
+    ys, xs = np.nonzero(mask)
+    tight = (int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1)
+    return box_iou(tight, box) * (1.0 - 0.5 * border_touch)
+
+
+def box_iou(a: PixelBox, b: PixelBox) -> float:
+    inter_w = max(0, min(a[2], b[2]) - max(a[0], b[0]))
+    inter_h = max(0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = inter_w * inter_h
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union else 0.0

@@ -1,0 +1,203 @@
+"""Cutting candidates out: image + mask (segmented from a prompt, or shipped) -> tight RGBA PNG.
+
+Candidates are grouped by image so each image is read, hashed and segmented once (one
+``segment_cached`` call with all its prompts); shipped masks (PennFudan, RGBA alpha) never reach
+the segmenter. Cutouts are written content-addressed into the cache store, as the procedural
+gallery stage does, and described by small ``ExtractedCutout`` records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import cv2
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from synrail.segment.base import MaskResult, Prompt, Segmenter, postprocess_mask
+from synrail.sources.gallery_sources import (ObstacleCandidate, Skipped, decode_image_bytes, decode_labels,
+                                             instance_mask, mask_box, read_url_bytes)
+from synrail.store import Store, sha256_bytes
+
+
+class SegmentCache(Protocol):
+    """What ``synrail.segment.cache.MaskCache`` offers: masks of an image's prompts, cached."""
+
+    def segment_cached(self, segmenter: Segmenter, image_bgr: np.ndarray, image_sha256: str,
+                       prompts: Sequence[Prompt]) -> list[MaskResult]: ...
+
+
+class ExtractedCutout(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    cutout_id: str
+    class_name: str
+    source: str
+    path: str  # RGBA PNG, relative to the cache store
+    sha256: str
+    height_m_range: tuple[float, float]
+    width_px: int
+    height_px: int
+    mask_px: int
+    mask_score: float  # the segmenter's score; 1.0 for a shipped mask
+    image_path: str
+    instance_key: str
+    prompt_key: str  # Prompt.key() of the prompt segmented; "" for a shipped mask
+
+
+@dataclass(frozen=True)
+class _Masked:
+    candidate: ObstacleCandidate
+    mask: np.ndarray  # H x W bool, the image's size
+    score: float
+    segmented: bool
+
+
+def cutout_from_mask(image_bgr: np.ndarray, mask: np.ndarray) -> np.ndarray | None:
+    """Tight B, G, R, A crop around ``mask``: alpha 0/255, colour zero outside; None for an empty mask."""
+    mask = np.asarray(mask, bool)
+    if mask.shape != image_bgr.shape[:2]:
+        raise ValueError(f"mask {mask.shape} and image {image_bgr.shape[:2]} differ in size")
+    if not mask.any():
+        return None
+    x0, y0, x1, y1 = (int(v) for v in mask_box(mask))
+    inside = mask[y0:y1, x0:x1]
+    bgr = image_bgr[y0:y1, x0:x1, :3] * inside[..., None]
+    return np.ascontiguousarray(np.dstack([bgr, inside.astype(np.uint8) * 255]))
+
+
+def group_by_image(candidates: Iterable[ObstacleCandidate]) -> dict[str, list[ObstacleCandidate]]:
+    groups: dict[str, list[ObstacleCandidate]] = {}
+    for candidate in candidates:
+        groups.setdefault(candidate.image_path, []).append(candidate)
+    return groups
+
+
+def _labels_or_reason(mask_path: str, image_path: str, image_data: bytes) -> np.ndarray | str:
+    try:
+        data = image_data if mask_path == image_path else read_url_bytes(mask_path)
+    except FileNotFoundError:
+        return f"missing mask {mask_path}"
+    except OSError as exc:
+        return f"unreadable mask {mask_path}: {exc}"
+    try:
+        return decode_labels(data, mask_path)
+    except ValueError as exc:
+        return str(exc)
+
+
+def _given_masks(group: Sequence[ObstacleCandidate], image_path: str, image_data: bytes,
+                 shape: tuple[int, int]) -> tuple[list[_Masked], list[Skipped]]:
+    """Masks the datasets ship; each mask file is read once (it may be the image itself: RGBA)."""
+    labels: dict[str, np.ndarray | str] = {}
+    masked, skipped = [], []
+    for c in group:
+        assert c.mask_path is not None
+        if c.mask_path not in labels:
+            labels[c.mask_path] = _labels_or_reason(c.mask_path, image_path, image_data)
+        found = labels[c.mask_path]
+        if isinstance(found, str):
+            skipped.append(Skipped(c.instance_key, found))
+        elif found.shape != shape:
+            skipped.append(Skipped(c.instance_key, f"mask size {found.shape} differs from the image's {shape}"))
+        else:
+            masked.append(_Masked(c, instance_mask(found, c.mask_value), 1.0, segmented=False))
+    return masked, skipped
+
+
+def _segmented_masks(group: Sequence[ObstacleCandidate], image_bgr: np.ndarray, image_sha256: str,
+                     segmenter: Segmenter, mask_cache: SegmentCache) -> list[_Masked]:
+    prompts = [c.prompt for c in group if c.prompt is not None]
+    results = mask_cache.segment_cached(segmenter, image_bgr, image_sha256, prompts)
+    if len(results) != len(prompts):
+        raise ValueError(f"segmenter {segmenter.identity} returned {len(results)} masks for {len(prompts)} prompts")
+    return [_Masked(c, np.asarray(r.mask, bool), float(r.score), segmented=True) for c, r in zip(group, results)]
+
+
+def _final_mask(item: _Masked, min_score: float, min_area_px: int) -> np.ndarray | str:
+    """The mask to cut with, or why the candidate is rejected.
+
+    Segmenter masks are cleaned (largest part, holes filled); shipped masks are exact and kept
+    as they are, since their holes (between legs, under arms) are real.
+    """
+    if item.segmented:
+        if item.score < min_score:
+            return f"low score ({item.score:.2f} < {min_score})"
+        cleaned = postprocess_mask(item.mask, min_area_px)
+        return f"small mask (largest part under {min_area_px} px)" if cleaned is None else cleaned
+    area = int(item.mask.sum())
+    if area == 0:
+        return "empty mask"
+    return f"small mask ({area} px < {min_area_px})" if area < min_area_px else item.mask
+
+
+def _write_cutout(item: _Masked, mask: np.ndarray, image_bgr: np.ndarray, cache: Store) -> ExtractedCutout:
+    rgba = cutout_from_mask(image_bgr, mask)
+    assert rgba is not None  # _final_mask never passes an empty mask
+    ok, buffer = cv2.imencode(".png", rgba)
+    if not ok:
+        raise ValueError(f"OpenCV could not encode a {rgba.shape} cutout as PNG")
+    png = buffer.tobytes()
+    c = item.candidate
+    sha = sha256_bytes(png)
+    path = f"gallery/{c.class_name}/{sha[:24]}.png"
+    cache.write_bytes(path, png)
+    return ExtractedCutout(
+        cutout_id=f"{c.class_name}-{sha[:16]}", class_name=c.class_name, source=c.source, path=path, sha256=sha,
+        height_m_range=c.height_m_range, width_px=rgba.shape[1], height_px=rgba.shape[0],
+        mask_px=int(mask.sum()), mask_score=item.score, image_path=c.image_path, instance_key=c.instance_key,
+        prompt_key=c.prompt.key() if item.segmented and c.prompt is not None else "")
+
+
+def _read_image(image_path: str) -> tuple[bytes, np.ndarray] | str:
+    """The image's bytes (hashed for the mask cache) and BGR pixels, or why they cannot be had."""
+    try:
+        data = read_url_bytes(image_path)
+    except OSError as exc:
+        return f"unreadable image {image_path}: {exc}"
+    image = decode_image_bytes(data, cv2.IMREAD_COLOR)
+    return f"unreadable image {image_path}: not a decodable image" if image is None else (data, image)
+
+
+def _extract_from_image(image_path: str, group: Sequence[ObstacleCandidate], segmenter: Segmenter,
+                        mask_cache: SegmentCache, cache: Store, min_score: float,
+                        min_area_px: int) -> tuple[list[ExtractedCutout], list[Skipped]]:
+    read = _read_image(image_path)
+    if isinstance(read, str):
+        return [], [Skipped(c.instance_key, read) for c in group]
+    data, image = read
+    given = [c for c in group if c.mask_path is not None]
+    prompted = [c for c in group if c.mask_path is None and c.prompt is not None]
+    masked, skipped = _given_masks(given, image_path, data, image.shape[:2])
+    if prompted:
+        masked += _segmented_masks(prompted, image, sha256_bytes(data), segmenter, mask_cache)
+    skipped += [Skipped(c.instance_key, "no prompt and no mask") for c in group
+                if c.mask_path is None and c.prompt is None]
+    cutouts = []
+    for item in masked:
+        mask = _final_mask(item, min_score, min_area_px)
+        if isinstance(mask, str):
+            skipped.append(Skipped(item.candidate.instance_key, mask))
+        else:
+            cutouts.append(_write_cutout(item, mask, image, cache))
+    return cutouts, skipped
+
+
+def extract_cutouts(candidates: Iterable[ObstacleCandidate], segmenter: Segmenter, mask_cache: SegmentCache,
+                    cache: Store, *, min_score: float = 0.5, min_area_px: int = 256,
+                    ) -> tuple[list[ExtractedCutout], list[Skipped]]:
+    """Cut every candidate out and write its PNG to ``gallery/<class>/<sha[:24]>.png`` in ``cache``.
+
+    Rejected candidates (unreadable image, missing mask, low score, small mask) come back as
+    ``Skipped`` rows with the reason.
+    """
+    cutouts: list[ExtractedCutout] = []
+    skipped: list[Skipped] = []
+    for image_path, group in group_by_image(candidates).items():
+        done, rejected = _extract_from_image(image_path, group, segmenter, mask_cache, cache, min_score,
+                                             min_area_px)
+        cutouts += done
+        skipped += rejected
+    return cutouts, skipped

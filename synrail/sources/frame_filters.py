@@ -1,0 +1,215 @@
+"""Which sampled video frames make usable backgrounds: sharp, well exposed, not a near-copy of a frame
+already kept, and with nothing on the track already (a pasted obstacle must be the only one there,
+or the labels would miss the real one).
+
+Every rejection carries one short fixed reason, so a run can report why frames were dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Protocol
+
+import cv2
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from synrail.sources.video import SampledFrame
+
+REASON_BLURRED = "blurred"
+REASON_UNDEREXPOSED = "underexposed"
+REASON_OVEREXPOSED = "overexposed"
+REASON_DUPLICATE = "near-duplicate"
+REASON_OBSTACLE = "obstacle-on-track"
+NO_DETECTOR_NOTE = "obstacle-free filter skipped (no detector weights)"
+
+# Luma at or below / at or above which a pixel counts as crushed black / clipped white.
+DARK_LEVEL, BRIGHT_LEVEL = 10, 245
+
+# COCO classes that would be an unlabelled obstacle if already on the track. "train" is left out:
+# trains on neighbouring tracks (and the ego train's own parts) are in many good cab frames.
+DEFAULT_REJECT_CLASSES = (
+    "person", "bicycle", "car", "motorcycle", "bus", "truck", "cat", "dog", "horse", "sheep", "cow",
+    "elephant", "bear", "zebra", "giraffe", "suitcase",
+)
+
+# Bottom-centre trapezoid (x, y as fractions of width, height) where the ego track runs in a cab view.
+DEFAULT_TRACK_REGION = ((0.44, 0.45), (0.56, 0.45), (0.80, 1.0), (0.20, 1.0))
+
+
+# -- image measures ------------------------------------------------------------------------------
+def _grey(image: np.ndarray) -> np.ndarray:
+    return image if image.ndim == 2 else cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
+
+
+def blur_score(image: np.ndarray) -> float:
+    """Variance of the Laplacian of the grey image: low for blurred (or featureless) frames."""
+    return float(cv2.Laplacian(_grey(image), cv2.CV_64F).var())
+
+
+def exposure_stats(image: np.ndarray) -> tuple[float, float, float]:
+    """(mean luma, fraction of crushed-black pixels, fraction of clipped-white pixels)."""
+    grey = _grey(image)
+    return float(grey.mean()), float((grey <= DARK_LEVEL).mean()), float((grey >= BRIGHT_LEVEL).mean())
+
+
+def phash(image: np.ndarray) -> int:
+    """64-bit perceptual hash: signs of the lowest 8x8 DCT frequencies of a 32x32 grey thumbnail,
+    thresholded at the median of the AC terms (the DC term is the mean brightness, not structure)."""
+    thumb = cv2.resize(_grey(image), (32, 32), interpolation=cv2.INTER_AREA).astype(np.float32)
+    low = cv2.dct(thumb)[:8, :8].ravel()
+    bits = low > np.median(low[1:])
+    return int("".join("1" if b else "0" for b in bits), 2)
+
+
+def hamming(a: int, b: int) -> int:
+    return (a ^ b).bit_count()
+
+
+# -- obstacle detectors --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Detection:
+    class_name: str
+    score: float
+    box: tuple[float, float, float, float]  # x0, y0, x1, y1 in pixels
+
+
+class ObstacleDetector(Protocol):
+    def detect(self, image: np.ndarray) -> list[Detection]:
+        ...
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class UltralyticsDetector:
+    """An Ultralytics YOLO model loaded from a weights file the user supplies (never a model name,
+    which Ultralytics would download); reports only the classes in ``classes_to_reject``."""
+
+    def __init__(self, weights_path: str | Path, classes_to_reject: Sequence[str] = DEFAULT_REJECT_CLASSES,
+                 conf: float = 0.35, device: str = "cpu") -> None:
+        path = Path(weights_path).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"detector weights not found: {weights_path} (give the path of a weights "
+                                    "file; SynRail never downloads models)")
+        from ultralytics import YOLO  # imported here: it is slow to import and only this class needs it
+
+        self.model = YOLO(str(path))
+        self.names: dict[int, str] = dict(self.model.names)
+        wanted = set(classes_to_reject)
+        self.class_ids = sorted(i for i, name in self.names.items() if name in wanted)
+        if not self.class_ids:
+            raise ValueError(f"{path} knows none of the classes to reject {sorted(wanted)}; "
+                             f"its classes are {sorted(set(self.names.values()))[:20]}")
+        self.conf, self.device = conf, device
+        self.identity = f"ultralytics/{_file_sha256(path)}"
+        self._lock = threading.Lock()  # one model shared by worker threads; predict keeps per-call state
+
+    def detect(self, image: np.ndarray) -> list[Detection]:
+        with self._lock:
+            result = self.model.predict(image, conf=self.conf, device=self.device, classes=self.class_ids,
+                                        verbose=False)[0]
+        boxes = result.boxes
+        return [Detection(class_name=self.names[int(c)], score=float(s), box=tuple(float(v) for v in xyxy))
+                for c, s, xyxy in zip(boxes.cls.tolist(), boxes.conf.tolist(), boxes.xyxy.tolist())]
+
+
+# -- configuration -------------------------------------------------------------------------------
+class FilterConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_blur: float = Field(60.0, ge=0)
+    min_mean_luma: float = Field(25, ge=0, le=255)
+    max_mean_luma: float = Field(235, ge=0, le=255)
+    max_clipped_fraction: float = Field(0.35, ge=0, le=1)  # of crushed-black or of clipped-white pixels
+    duplicate_hamming: int = Field(6, ge=0, le=64)  # phash distance at or under which frames are copies
+    detector_weights: str | None = None  # a local weights file; without one no detector runs
+    detector_classes: tuple[str, ...] = DEFAULT_REJECT_CLASSES  # class names (the model's own) that reject
+    detector_conf: float = Field(0.35, gt=0, lt=1)
+    detector_device: str = "cpu"
+    # Polygon (x, y fractions of width, height): a detection whose box bottom-centre (where it stands)
+    # falls inside disqualifies the frame.
+    track_region: tuple[tuple[float, float], ...] = DEFAULT_TRACK_REGION
+
+    @field_validator("track_region")
+    @classmethod
+    def _region_is_a_polygon_in_the_image(cls, region: tuple[tuple[float, float], ...]):
+        if len(region) < 3:
+            raise ValueError(f"track_region needs at least 3 points, got {len(region)}")
+        if any(not (0 <= v <= 1) for point in region for v in point):
+            raise ValueError(f"track_region points must be fractions in [0, 1], got {region}")
+        return region
+
+
+@lru_cache(maxsize=4)
+def _cached_ultralytics(weights: str, classes: tuple[str, ...], conf: float, device: str) -> UltralyticsDetector:
+    return UltralyticsDetector(weights, classes_to_reject=classes, conf=conf, device=device)
+
+
+def detector_from_config(cfg: FilterConfig) -> ObstacleDetector | None:
+    """The configured detector (loaded once per process), or None when no weights are configured."""
+    if cfg.detector_weights is None:
+        return None
+    return _cached_ultralytics(cfg.detector_weights, cfg.detector_classes, cfg.detector_conf, cfg.detector_device)
+
+
+# -- filtering -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FrameDecision:
+    frame: SampledFrame
+    accepted: bool
+    reason: str | None
+    blur: float
+    mean_luma: float
+    phash: int
+
+
+def track_polygon(region: Sequence[tuple[float, float]], width: int, height: int) -> np.ndarray:
+    return np.array([(x * width, y * height) for x, y in region], dtype=np.float32).reshape(-1, 1, 2)
+
+
+def stands_on_track(detection: Detection, polygon: np.ndarray) -> bool:
+    x0, _, x1, y1 = detection.box
+    return cv2.pointPolygonTest(polygon, ((x0 + x1) / 2, y1), False) >= 0
+
+
+def _exposure_reason(mean_luma: float, dark: float, bright: float, cfg: FilterConfig) -> str | None:
+    if mean_luma < cfg.min_mean_luma or dark > cfg.max_clipped_fraction:
+        return REASON_UNDEREXPOSED
+    if mean_luma > cfg.max_mean_luma or bright > cfg.max_clipped_fraction:
+        return REASON_OVEREXPOSED
+    return None
+
+
+def filter_frames(frames: Iterable[SampledFrame], cfg: FilterConfig,
+                  detector: ObstacleDetector | None) -> Iterator[FrameDecision]:
+    """Decide on each frame of one video, in order. Exposure is judged before sharpness (a black frame
+    has no edges, but "underexposed" is its real fault) and the detector runs last, on survivors only."""
+    kept_hashes: list[int] = []
+    for frame in frames:
+        mean_luma, dark, bright = exposure_stats(frame.image)
+        blur, digest = blur_score(frame.image), phash(frame.image)
+        reason = _exposure_reason(mean_luma, dark, bright, cfg)
+        if reason is None and blur < cfg.min_blur:
+            reason = REASON_BLURRED
+        if reason is None and any(hamming(digest, h) <= cfg.duplicate_hamming for h in kept_hashes):
+            reason = REASON_DUPLICATE
+        if reason is None and detector is not None:
+            height, width = frame.image.shape[:2]
+            polygon = track_polygon(cfg.track_region, width, height)
+            if any(stands_on_track(d, polygon) for d in detector.detect(frame.image)):
+                reason = REASON_OBSTACLE
+        if reason is None:
+            kept_hashes.append(digest)
+        yield FrameDecision(frame=frame, accepted=reason is None, reason=reason, blur=blur,
+                            mean_luma=mean_luma, phash=digest)

@@ -1,0 +1,445 @@
+"""Obstacle candidates from public datasets, read in the layouts they ship in.
+
+Each adapter turns a dataset folder (a local path or any fsspec URL) into ``ObstacleCandidate``s:
+an image, our class, a prompt for a segmenter and/or a mask the dataset already gives, and a
+physical size prior. Nothing is cut out here (see ``cutouts.py``). A single bad item (an unreadable
+image, a missing mask) becomes a ``Skipped`` row with the reason; only a whole unusable source (a
+missing folder, a corrupt annotation file) raises ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import cv2
+import fsspec
+import numpy as np
+from PIL import Image
+
+from synrail.segment.base import Prompt
+from synrail.sources.procedural_obstacles import OBSTACLE_KINDS, SIZE_PRIORS_M
+from synrail.store import Store
+
+PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+RGBA_SUFFIXES = (".png", ".webp")
+BORDER_PX = 2  # a box this close to the image edge is cut off by it
+ALPHA_THRESHOLD = 128
+
+HeightRange = tuple[float, float]
+Box = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True)
+class ObstacleCandidate:
+    """One object in one dataset image that may become a gallery cutout."""
+
+    image_path: str  # URL (file://, s3://, ...) or local path
+    class_name: str  # one of OBSTACLE_KINDS
+    source: str  # dataset and its own label, e.g. "objects365:Person", "rocks:granite"
+    instance_key: str  # stable id of this object within all sources
+    prompt: Prompt | None
+    mask_path: str | None  # a shipped mask: label image (see mask_value) or an RGBA image's alpha
+    mask_value: int | None  # the object's label in mask_path; None: any non-zero label / alpha
+    height_m_range: HeightRange
+
+
+@dataclass(frozen=True)
+class Skipped:
+    instance_key: str
+    reason: str
+
+
+class Detection(Protocol):
+    @property
+    def box(self) -> Box: ...  # x0, y0, x1, y1
+
+    @property
+    def score(self) -> float: ...
+
+
+class Detector(Protocol):
+    def detect(self, image: np.ndarray) -> Sequence[Detection]: ...
+
+
+# -- reading files -------------------------------------------------------------------------------
+def read_url_bytes(url: str) -> bytes:
+    """The bytes of a local path or fsspec URL; OSError when it cannot be read."""
+    try:
+        with fsspec.open(url, "rb") as fh:
+            return fh.read()
+    except OSError:
+        raise
+    except Exception as exc:  # remote filesystems raise their own error types
+        raise OSError(f"cannot read {url}: {exc}") from exc
+
+
+def decode_image_bytes(data: bytes, flags: int = cv2.IMREAD_COLOR) -> np.ndarray | None:
+    if not data:
+        return None
+    return cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+
+
+def read_image_or_reason(url: str, flags: int = cv2.IMREAD_COLOR) -> np.ndarray | str:
+    """The decoded image, or why it cannot be had (for a ``Skipped`` row)."""
+    try:
+        image = decode_image_bytes(read_url_bytes(url), flags)
+    except OSError as exc:
+        return f"unreadable image {url}: {exc}"
+    return f"unreadable image {url}: not a decodable image" if image is None else image
+
+
+def _to_uint8(image: np.ndarray) -> np.ndarray:
+    return (image >> 8).astype(np.uint8) if image.dtype == np.uint16 else image
+
+
+def _palette_indices(data: bytes) -> np.ndarray | None:
+    """The indices of a palette image (OpenCV expands palettes to colour; Pillow keeps them)."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return np.asarray(image) if image.mode == "P" else None
+    except (OSError, ValueError):
+        return None
+
+
+def label_image(data: bytes, decoded: np.ndarray) -> np.ndarray | None:
+    """The 2-D labels of a mask file: a grey or palette label image's values, an RGBA image's
+    alpha thresholded to 0/1; None for a colour image (its instance ids are lost)."""
+    image = _to_uint8(decoded)
+    if image.ndim == 2:
+        return image
+    if image.shape[2] == 4:
+        return (image[:, :, 3] >= ALPHA_THRESHOLD).astype(np.uint8)
+    indices = _palette_indices(data)
+    if indices is not None:
+        return indices
+    return image[:, :, 0] if (image == image[:, :, :1]).all() else None
+
+
+def instance_mask(labels: np.ndarray, mask_value: int | None) -> np.ndarray:
+    return labels > 0 if mask_value is None else labels == mask_value
+
+
+def decode_labels(data: bytes, url: str) -> np.ndarray:
+    """Labels of a mask file's bytes; ValueError with the reason when they are unusable."""
+    decoded = decode_image_bytes(data, cv2.IMREAD_UNCHANGED)
+    if decoded is None:
+        raise ValueError(f"unreadable mask {url}")
+    labels = label_image(data, decoded)
+    if labels is None:
+        raise ValueError(f"mask {url} is a colour image, not instance labels")
+    return labels
+
+
+# -- small helpers -------------------------------------------------------------------------------
+def size_prior(class_name: str, override: HeightRange | None = None) -> HeightRange:
+    if class_name not in SIZE_PRIORS_M:
+        raise ValueError(f"unknown class {class_name!r}; allowed classes: {', '.join(OBSTACLE_KINDS)}")
+    low, high = override if override is not None else SIZE_PRIORS_M[class_name]
+    if not 0 < low <= high:
+        raise ValueError(f"height range of {class_name!r} must be 0 < low <= high, got {(low, high)}")
+    return float(low), float(high)
+
+
+def _folder(root: str | os.PathLike[str]) -> Store:
+    store = Store(os.fspath(root))
+    if not store.fs.isdir(store.root_path):
+        raise ValueError(f"missing folder: {store.root_url}")
+    return store
+
+
+def _listing(store: Store, rel: str = "") -> tuple[list[str], list[str]]:
+    """(file names, folder names) directly under ``rel``, sorted; hidden names left out."""
+    if not store.fs.isdir(store.path(rel)):
+        raise ValueError(f"missing folder: {store.url(rel)}")
+    files, folders = [], []
+    for entry in store.fs.ls(store.path(rel), detail=True):
+        name = os.path.basename(str(entry["name"]).rstrip("/"))
+        if not name.startswith("."):
+            (folders if entry["type"] == "directory" else files).append(name)
+    return sorted(files), sorted(folders)
+
+
+def _with_suffix(names: Sequence[str], suffixes: tuple[str, ...]) -> list[str]:
+    return [n for n in names if n.lower().endswith(suffixes)]
+
+
+def _join(rel: str, name: str) -> str:
+    return f"{rel}/{name}" if rel else name
+
+
+def xywh_to_xyxy(box: Sequence[float]) -> Box:
+    x, y, w, h = (float(v) for v in box)
+    return x, y, x + w, y + h
+
+
+def _touches_border(box: Box, width: int, height: int) -> bool:
+    x0, y0, x1, y1 = box
+    return x0 <= BORDER_PX or y0 <= BORDER_PX or x1 >= width - BORDER_PX or y1 >= height - BORDER_PX
+
+
+def _box_area(box: Box) -> float:
+    return max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
+
+
+def _intersection(a: Box, b: Box) -> float:
+    return _box_area((max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])))
+
+
+def mask_box(mask: np.ndarray) -> Box:
+    """Tight box of a mask, exclusive right/bottom edges (as COCO's x + w)."""
+    x, y, w, h = cv2.boundingRect(mask.astype(np.uint8))
+    return float(x), float(y), float(x + w), float(y + h)
+
+
+# -- COCO / Objects365 ---------------------------------------------------------------------------
+def _load_coco_json(annotations_json: str | os.PathLike[str]) -> dict[str, Any]:
+    name = os.fspath(annotations_json)
+    try:
+        data = json.loads(read_url_bytes(name))
+    except OSError as exc:
+        raise ValueError(f"cannot read COCO annotations {name}: {exc}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"COCO annotations {name} are not valid JSON: {exc}") from exc
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), list)
+                                             for k in ("images", "annotations", "categories")):
+        raise ValueError(f"COCO annotations {name} need 'images', 'annotations' and 'categories' lists")
+    return data
+
+
+def _coco_skip_reason(ann: Mapping[str, Any], box: Box, image: Mapping[str, Any] | None,
+                      others: Sequence[Box], *, min_area_px: float, skip_crowd: bool,
+                      skip_truncated: bool, max_overlap: float) -> str | None:
+    if image is None:
+        return f"unknown image id {ann.get('image_id')!r}"
+    if skip_crowd and ann.get("iscrowd"):
+        return "crowd"
+    # Objects365 marks depicted (posters, screens) and mirrored objects: no real object to cut out
+    if ann.get("isfake"):
+        return "fake (a depiction)"
+    if ann.get("isreflected"):
+        return "reflected"
+    area = _box_area(box)
+    if area < min_area_px:
+        return f"tiny ({area:.0f} px < {min_area_px})"
+    if skip_truncated:
+        if not image.get("width") or not image.get("height"):
+            return "truncation unknown (image has no width/height)"
+        if _touches_border(box, int(image["width"]), int(image["height"])):
+            return f"truncated (box within {BORDER_PX} px of the image border)"
+    covered = max((_intersection(box, other) for other in others), default=0.0) / max(area, 1e-9)
+    if covered > max_overlap:
+        return f"occluded ({covered:.0%} of the box covered by another box > {max_overlap:.0%})"
+    return None
+
+
+def read_coco_instances(annotations_json: str | os.PathLike[str], images_dir: str | os.PathLike[str],
+                        class_map: Mapping[str, str], *, min_area_px: float = 1024, skip_crowd: bool = True,
+                        skip_truncated: bool = True, max_overlap: float = 0.3, source_name: str = "objects365",
+                        height_m_ranges: Mapping[str, HeightRange] | None = None,
+                        ) -> tuple[list[ObstacleCandidate], list[Skipped]]:
+    """Box-annotated instances of the categories in ``class_map`` (dataset name -> our class).
+
+    Unmapped categories are ignored (but still count as occluders). Each candidate's prompt is
+    its box; whether the image exists is only found out when it is cut out.
+    """
+    data = _load_coco_json(annotations_json)
+    priors = {c: size_prior(c, (height_m_ranges or {}).get(c)) for c in set(class_map.values())}
+    try:
+        return _coco_candidates(data, Store(os.fspath(images_dir)), class_map, priors, source_name,
+                                min_area_px=min_area_px, skip_crowd=skip_crowd, skip_truncated=skip_truncated,
+                                max_overlap=max_overlap)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"COCO annotations {os.fspath(annotations_json)} are malformed: {exc!r}") from exc
+
+
+def _coco_candidates(data: Mapping[str, Any], images_store: Store, class_map: Mapping[str, str],
+                     priors: Mapping[str, HeightRange], source_name: str, **skip_options: Any,
+                     ) -> tuple[list[ObstacleCandidate], list[Skipped]]:
+    names = {cat["id"]: cat["name"] for cat in data["categories"]}
+    images = {img["id"]: img for img in data["images"]}
+    boxes_by_image: dict[Any, list[tuple[Any, Box]]] = {}
+    for ann in data["annotations"]:
+        boxes_by_image.setdefault(ann["image_id"], []).append((ann["id"], xywh_to_xyxy(ann["bbox"])))
+    candidates, skipped = [], []
+    for ann in data["annotations"]:
+        category = names.get(ann["category_id"])
+        if category not in class_map:
+            continue
+        key = f"{source_name}:{ann['id']}"
+        box = xywh_to_xyxy(ann["bbox"])
+        others = [b for other_id, b in boxes_by_image[ann["image_id"]] if other_id != ann["id"]]
+        image = images.get(ann["image_id"])
+        reason = _coco_skip_reason(ann, box, image, others, **skip_options)
+        if reason is not None:
+            skipped.append(Skipped(key, reason))
+            continue
+        our_class = class_map[category]
+        candidates.append(ObstacleCandidate(
+            image_path=images_store.url(image["file_name"]), class_name=our_class,
+            source=f"{source_name}:{category}", instance_key=key, prompt=Prompt(box=box), mask_path=None,
+            mask_value=None, height_m_range=priors[our_class]))
+    return candidates, skipped
+
+
+# -- PennFudanPed --------------------------------------------------------------------------------
+def read_pennfudan(root: str | os.PathLike[str], *, skip_truncated: bool = True,
+                   height_m_range: HeightRange | None = None) -> tuple[list[ObstacleCandidate], list[Skipped]]:
+    """Pedestrians of PennFudanPed (``PNGImages/X.png``, ``PedMasks/X_mask.png`` with ids 1..N).
+
+    The masks are given; the prompt is each mask's box (for segmenters that want one anyway).
+    """
+    store = _folder(root)
+    prior = size_prior("person", height_m_range)
+    image_names = _with_suffix(_listing(store, "PNGImages")[0], (".png",))
+    mask_names = set(_listing(store, "PedMasks")[0])
+    candidates, skipped = [], []
+    for name in image_names:
+        stem = name.rsplit(".", 1)[0]
+        mask_rel = f"PedMasks/{stem}_mask.png"
+        if f"{stem}_mask.png" not in mask_names:
+            skipped.append(Skipped(f"pennfudan:{stem}", f"missing mask {store.url(mask_rel)}"))
+            continue
+        try:
+            labels = decode_labels(read_url_bytes(store.url(mask_rel)), store.url(mask_rel))
+        except (OSError, ValueError) as exc:
+            skipped.append(Skipped(f"pennfudan:{stem}", str(exc)))
+            continue
+        for value in (int(v) for v in np.unique(labels) if v > 0):
+            key = f"pennfudan:{stem}#{value}"
+            box = mask_box(labels == value)
+            if skip_truncated and _touches_border(box, labels.shape[1], labels.shape[0]):
+                skipped.append(Skipped(key, f"truncated (mask within {BORDER_PX} px of the image border)"))
+                continue
+            candidates.append(ObstacleCandidate(
+                image_path=store.url(f"PNGImages/{name}"), class_name="person", source="pennfudan",
+                instance_key=key, prompt=Prompt(box=box), mask_path=store.url(mask_rel), mask_value=value,
+                height_m_range=prior))
+    return candidates, skipped
+
+
+# -- DTD textures --------------------------------------------------------------------------------
+def read_dtd_textures(root: str | os.PathLike[str]) -> list[str]:
+    """URLs of the Describable Textures Dataset's ``images/<category>/*.jpg``, sorted."""
+    store = _folder(root)
+    return [store.url(f"images/{category}/{name}")
+            for category in _listing(store, "images")[1]
+            for name in _with_suffix(_listing(store, f"images/{category}")[0], (".jpg", ".jpeg"))]
+
+
+@functools.lru_cache(maxsize=256)
+def _load_texture(url: str, max_side: int) -> np.ndarray | None:
+    """A texture as BGR uint8, shrunk so its longer side is at most ``max_side``; None if unreadable."""
+    image = read_image_or_reason(url, cv2.IMREAD_COLOR)
+    if isinstance(image, str):
+        return None
+    scale = max_side / max(image.shape[:2])
+    if scale < 1.0:
+        size = (max(1, round(image.shape[1] * scale)), max(1, round(image.shape[0] * scale)))
+        image = cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+    return image
+
+
+def dtd_texture_loader(paths: Sequence[str], *, max_side: int = 512) -> Callable[[np.random.Generator], np.ndarray]:
+    """A function drawing one texture per call, for ``render_cutout(..., texture=...)``.
+
+    The draw depends only on the generator, so renders stay reproducible; an unreadable file is
+    passed over for the next one in order; ValueError when none can be read.
+    """
+    ordered = list(paths)
+    if not ordered:
+        raise ValueError("no texture files given")
+
+    def draw(rng: np.random.Generator) -> np.ndarray:
+        start = int(rng.integers(len(ordered)))
+        for k in range(len(ordered)):
+            texture = _load_texture(ordered[(start + k) % len(ordered)], max_side)
+            if texture is not None:
+                return texture
+        raise ValueError(f"none of the {len(ordered)} texture files can be read (first: {ordered[0]})")
+
+    return draw
+
+
+# -- photo folders (rocks) -----------------------------------------------------------------------
+def whole_image_box(width: int, height: int, margin: float) -> Box:
+    mx, my = margin * width, margin * height
+    return mx, my, width - mx, height - my
+
+
+def _best_detection_box(detector: Detector, image: np.ndarray) -> Box | None:
+    detections = list(detector.detect(image))
+    if not detections:
+        return None
+    return tuple(float(v) for v in max(detections, key=lambda d: d.score).box)  # type: ignore[return-value]
+
+
+def read_rock_folders(root: str | os.PathLike[str], *, class_name: str = "rock", detector: Detector | None = None,
+                      margin: float = 0.02, source_name: str = "rocks",
+                      height_m_range: HeightRange | None = None) -> tuple[list[ObstacleCandidate], list[Skipped]]:
+    """Photos in class subfolders (``<root>/<label>/*.jpg``), without annotations.
+
+    The prompt is the detector's best box when a detector is given (an image without detections
+    is skipped), else the whole image less ``margin`` of each side.
+    """
+    store = _folder(root)
+    prior = size_prior(class_name, height_m_range)
+    candidates, skipped = [], []
+    for label in _listing(store)[1]:
+        for name in _with_suffix(_listing(store, label)[0], PHOTO_SUFFIXES):
+            key = f"{source_name}:{label}/{name}"
+            url = store.url(f"{label}/{name}")
+            image = read_image_or_reason(url, cv2.IMREAD_COLOR)
+            if isinstance(image, str):
+                skipped.append(Skipped(key, image))
+                continue
+            if detector is None:
+                box: Box | None = whole_image_box(image.shape[1], image.shape[0], margin)
+            else:
+                box = _best_detection_box(detector, image)
+            if box is None:
+                skipped.append(Skipped(key, "no detection"))
+                continue
+            candidates.append(ObstacleCandidate(
+                image_path=url, class_name=class_name, source=f"{source_name}:{label}", instance_key=key,
+                prompt=Prompt(box=box), mask_path=None, mask_value=None, height_m_range=prior))
+    return candidates, skipped
+
+
+# -- ready-made cutouts (RGBA) -------------------------------------------------------------------
+def _alpha_problem(url: str) -> str | None:
+    image = read_image_or_reason(url, cv2.IMREAD_UNCHANGED)
+    if isinstance(image, str):
+        return image
+    if image.ndim != 3 or image.shape[2] != 4:
+        return "no alpha channel"
+    opaque = _to_uint8(image)[:, :, 3] >= ALPHA_THRESHOLD
+    if opaque.all():
+        return "no transparent pixels (not a cutout)"
+    if not opaque.any():
+        return "fully transparent"
+    return None
+
+
+def read_rgba_folder(root: str | os.PathLike[str], class_name: str, height_m_range: HeightRange | None = None,
+                     *, source_name: str = "rgba") -> tuple[list[ObstacleCandidate], list[Skipped]]:
+    """PNG/WebP cutouts with alpha in one folder; the mask is the alpha (no prompt, no segmenter)."""
+    store = _folder(root)
+    prior = size_prior(class_name, height_m_range)
+    candidates, skipped = [], []
+    for name in _with_suffix(_listing(store)[0], RGBA_SUFFIXES):
+        key = f"{source_name}:{name}"
+        url = store.url(name)
+        problem = _alpha_problem(url)
+        if problem is not None:
+            skipped.append(Skipped(key, problem))
+            continue
+        candidates.append(ObstacleCandidate(
+            image_path=url, class_name=class_name, source=source_name, instance_key=key, prompt=None,
+            mask_path=url, mask_value=None, height_m_range=prior))
+    return candidates, skipped

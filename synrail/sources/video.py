@@ -1,0 +1,286 @@
+"""Train-cab videos as a background source: listing them under a folder or an s3:// prefix, their
+optional metadata sidecar, and frames sampled from them at a fixed rate or stride.
+
+OpenCV reads only local paths, so a remote video is copied to a temporary file while it is sampled.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import posixpath
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cv2
+import fsspec
+import numpy as np
+import pyarrow.parquet as pq
+
+from synrail.store import LOCAL_PROTOCOLS
+
+VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov")
+SIDECAR_COLUMNS = ("country", "weather", "track_type", "time_of_day")
+TRACK_TYPES = ("ballasted", "ballastless")
+
+
+class VideoError(ValueError):
+    """A video that cannot be used at all, with its URL and why."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"{url}: {reason}")
+        self.url, self.reason = url, reason
+
+
+@dataclass(frozen=True)
+class VideoRef:
+    url: str
+    name: str  # path below the listed root, "/"-separated
+    size: int
+    version: str  # ETag / VersionId on object stores, else size and mtime: a re-upload is a new input
+
+
+@dataclass(frozen=True)
+class SampledFrame:
+    frame_index: int
+    time_s: float
+    image: np.ndarray  # BGR
+
+
+# -- listing -------------------------------------------------------------------------------------
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    protocol = fs.protocol
+    return bool(LOCAL_PROTOCOLS & set(protocol if isinstance(protocol, tuple) else (protocol,)))
+
+
+def _as_url(location: str) -> str:
+    """A plain path becomes a file:// URL. Not Path.as_uri(): fsspec does not undo its percent-encoding,
+    so a folder with a space in its name would not be found."""
+    if "://" in location:
+        return location.rstrip("/")
+    return "file://" + str(Path(location).expanduser().resolve())
+
+
+def _version(info: dict[str, Any]) -> str:
+    for key in ("VersionId", "ETag", "etag"):
+        if info.get(key):
+            return str(info[key]).strip('"')
+    modified = next((info[k] for k in ("mtime", "LastModified", "last_modified", "created") if info.get(k)), "")
+    stamp = modified.isoformat() if hasattr(modified, "isoformat") else str(modified)
+    return f"{info.get('size', 0)}-{stamp}"
+
+
+def _is_video_name(name: str) -> bool:
+    # Dot-files are skipped: macOS "._clip.mp4" resource forks and half-written temporaries.
+    base = posixpath.basename(name)
+    return not base.startswith(".") and base.lower().endswith(VIDEO_EXTENSIONS)
+
+
+def list_videos(root_url: str, storage_options: dict | None = None) -> list[VideoRef]:
+    """Every video file under ``root_url`` (recursively), sorted by name."""
+    url = _as_url(root_url)
+    fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    root = root.rstrip("/")
+    if not fs.exists(root):
+        raise FileNotFoundError(f"no such video folder or prefix: {url}")
+    refs = []
+    for path, info in fs.find(root, detail=True).items():
+        name = posixpath.relpath(path, root)
+        if info.get("type", "file") == "file" and _is_video_name(name):
+            refs.append(VideoRef(url=f"{url}/{name}", name=name, size=int(info.get("size") or 0),
+                                 version=_version(info)))
+    return sorted(refs, key=lambda ref: ref.name)
+
+
+# -- sidecar metadata ----------------------------------------------------------------------------
+def _sidecar_table(url: str, fs: fsspec.AbstractFileSystem, path: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """(column names, rows) of a CSV or Parquet file."""
+    lower = path.lower()
+    if lower.endswith((".parquet", ".pq")):
+        table = pq.read_table(io.BytesIO(fs.cat_file(path)))
+        return table.column_names, table.to_pylist()
+    if lower.endswith(".csv"):
+        reader = csv.DictReader(io.StringIO(fs.cat_file(path).decode("utf-8-sig")))
+        return list(reader.fieldnames or []), list(reader)
+    raise ValueError(f"video sidecar {url}: expected a .csv or .parquet file")
+
+
+def _sidecar_entry(url: str, row_number: int, row: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    if None in row:  # csv.DictReader files cells beyond the header under None
+        raise ValueError(f"video sidecar {url}, row {row_number}: more cells than the header has columns")
+    video = str(row.get("video") or "").strip()
+    if not video:
+        raise ValueError(f"video sidecar {url}, row {row_number}: empty 'video' value")
+    entry = {k: str(v).strip() for k, v in row.items() if k != "video" and v is not None and str(v).strip()}
+    track_type = entry.get("track_type")
+    if track_type is not None and track_type not in TRACK_TYPES:
+        raise ValueError(f"video sidecar {url}, row {row_number} ({video}): track_type {track_type!r} "
+                         f"is not one of {list(TRACK_TYPES)}")
+    return video, entry
+
+
+def read_sidecar(url: str, storage_options: dict | None = None) -> dict[str, dict]:
+    """Per-video metadata (CSV or Parquet): column ``video`` (file name, or path below the video root)
+    and any of ``country, weather, track_type, time_of_day``; empty cells are left out."""
+    fs, path = fsspec.core.url_to_fs(_as_url(url), **(storage_options or {}))
+    try:
+        columns, rows = _sidecar_table(url, fs, path)
+    except FileNotFoundError:
+        raise ValueError(f"video sidecar {url}: file not found") from None
+    if "video" not in columns:
+        raise ValueError(f"video sidecar {url}: missing column 'video' (columns: {columns})")
+    unknown = [c for c in columns if c != "video" and c not in SIDECAR_COLUMNS]
+    if unknown:
+        raise ValueError(f"video sidecar {url}: unknown column(s) {unknown}; allowed: video, "
+                         f"{', '.join(SIDECAR_COLUMNS)}")
+    table: dict[str, dict] = {}
+    for number, row in enumerate(rows, start=1):
+        video, entry = _sidecar_entry(url, number, row)
+        if video in table:
+            raise ValueError(f"video sidecar {url}, row {number}: video {video!r} is listed twice")
+        table[video] = entry
+    return table
+
+
+def sidecar_metadata(table: dict[str, dict], video: VideoRef) -> dict:
+    """The sidecar row of ``video``: matched on its path below the root, else on its file name."""
+    return dict(table.get(video.name) or table.get(posixpath.basename(video.name)) or {})
+
+
+# -- sampling ------------------------------------------------------------------------------------
+def _copy_to_temp(video: VideoRef, fs: fsspec.AbstractFileSystem, path: str) -> str:
+    handle, tmp = tempfile.mkstemp(prefix="synrail-video-", suffix=posixpath.splitext(video.name)[1])
+    try:
+        with os.fdopen(handle, "wb") as out, fs.open(path, "rb") as src:
+            shutil.copyfileobj(src, out, 1 << 22)
+    except OSError as exc:
+        os.unlink(tmp)
+        raise VideoError(video.url, f"cannot read the file ({exc.strerror or exc})") from exc
+    return tmp
+
+
+@contextmanager
+def _local_path(video: VideoRef, storage_options: dict | None) -> Iterator[str]:
+    """A local path to the video: the file itself on a local disk, else a temporary copy."""
+    fs, path = fsspec.core.url_to_fs(video.url, **(storage_options or {}))
+    if _is_local(fs):
+        if not os.path.isfile(path):
+            raise VideoError(video.url, "file not found")
+        yield path
+        return
+    tmp = _copy_to_temp(video, fs, path)
+    try:
+        yield tmp
+    finally:
+        os.unlink(tmp)
+
+
+def _nth_sample_index(k: int, step: float) -> int:
+    return math.ceil(k * step - 1e-9)  # the epsilon keeps k * (30 / 10) from rounding up past 3k
+
+
+class FrameStream(Iterator[SampledFrame]):
+    """The sampled frames of one video. Once exhausted, ``truncated`` says whether the stream ended
+    before the frame count in the container header promised (``frames_expected`` vs ``frames_decoded``)."""
+
+    def __init__(self, video: VideoRef, fps: float | None, stride: int | None, max_frames: int | None,
+                 storage_options: dict | None) -> None:
+        self.video = video
+        self.fps, self.stride, self.max_frames = fps, stride, max_frames
+        self.native_fps: float | None = None
+        self.frame_count: int | None = None  # from the container; None when it does not say
+        self.frames_expected: int | None = None  # samples that frame count promises (within max_frames)
+        self.frames_decoded = 0
+        self.exhausted = False
+        self._frames = self._generate(storage_options)
+
+    @property
+    def truncated(self) -> bool:
+        return self.exhausted and self.frames_expected is not None and self.frames_decoded < self.frames_expected
+
+    def __next__(self) -> SampledFrame:
+        return next(self._frames)
+
+    def close(self) -> None:
+        self._frames.close()
+
+    def _open(self, path: str) -> cv2.VideoCapture:
+        if os.path.getsize(path) == 0:
+            raise VideoError(self.video.url, "empty file")
+        capture = cv2.VideoCapture(path)
+        if not capture.isOpened():
+            capture.release()
+            raise VideoError(self.video.url, "OpenCV cannot open it (not a video, or damaged)")
+        native_fps = capture.get(cv2.CAP_PROP_FPS)
+        if not math.isfinite(native_fps) or native_fps <= 0:
+            capture.release()
+            raise VideoError(self.video.url, "the stream has no frame rate")
+        self.native_fps = native_fps
+        count = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+        self.frame_count = count if count > 0 else None
+        return capture
+
+    def _step(self) -> float:
+        """Frames between samples: sample k is frame ceil(k * step)."""
+        return float(self.stride) if self.stride is not None else max(1.0, self.native_fps / self.fps)
+
+    def _count_expected(self, step: float) -> None:
+        if self.frame_count is not None:
+            expected = math.floor((self.frame_count - 1 + 1e-9) / step) + 1
+            self.frames_expected = expected if self.max_frames is None else min(expected, self.max_frames)
+
+    def _generate(self, storage_options: dict | None) -> Iterator[SampledFrame]:
+        with _local_path(self.video, storage_options) as path:
+            capture = self._open(path)
+            try:
+                step = self._step()
+                self._count_expected(step)
+                yield from self._decode(capture, step)
+            finally:
+                capture.release()
+        if self.frames_decoded == 0:
+            reason = ("the video has zero frames" if not self.frame_count
+                      else "the stream fails before its first sampled frame")
+            raise VideoError(self.video.url, reason)
+        self.exhausted = True
+
+    def _decode(self, capture: cv2.VideoCapture, step: float) -> Iterator[SampledFrame]:
+        # Frames are read in order (grab skips the colour conversion of unsampled ones) rather than by
+        # seeking: seeks land on keyframes in some containers and misbehave on truncated files.
+        index, target = 0, 0
+        while self.max_frames is None or self.frames_decoded < self.max_frames:
+            if not capture.grab():
+                return
+            if index == target:
+                ok, image = capture.retrieve()
+                if not ok or image is None:
+                    return
+                self.frames_decoded += 1
+                yield SampledFrame(frame_index=index, time_s=index / self.native_fps, image=image)
+                target = _nth_sample_index(self.frames_decoded, step)
+            index += 1
+
+
+def sample_frames(video: VideoRef, *, fps: float | None = None, stride: int | None = None,
+                  max_frames: int | None = None, storage_options: dict | None = None) -> FrameStream:
+    """Frames of ``video`` at ``fps`` per second of video or every ``stride``-th frame (exactly one).
+
+    Nothing is opened until the first frame is asked for; a video that cannot be used raises
+    VideoError then. A stream that breaks off after some frames just ends (see FrameStream.truncated).
+    """
+    if (fps is None) == (stride is None):
+        raise ValueError("give exactly one of fps and stride")
+    if fps is not None and fps <= 0:
+        raise ValueError(f"fps must be positive, got {fps}")
+    if stride is not None and stride < 1:
+        raise ValueError(f"stride must be at least 1, got {stride}")
+    if max_frames is not None and max_frames < 1:
+        raise ValueError(f"max_frames must be at least 1, got {max_frames}")
+    return FrameStream(video, fps, stride, max_frames, storage_options)
