@@ -5,13 +5,15 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
+from synrail.sources.diffusion import DiffusionConfig, DiffusionPromptConfig
 from synrail.sources.procedural_obstacles import OBSTACLE_KINDS
+from synrail.sources.video_backgrounds import VideoSourceConfig
 
 Range = tuple[float, float]
 CONDITIONS = ("normal", "overcast", "fog", "dusk")
@@ -66,9 +68,20 @@ class CameraConfig(Section):
         return _ordered(value, info.field_name)
 
 
+class VideoBackgroundConfig(Section):
+    """Backgrounds from cab videos: a folder or an s3:// prefix of mp4/avi/mkv/mov files."""
+
+    url: str
+    sampling: VideoSourceConfig = VideoSourceConfig()  # frame rate or stride, filters, sidecar metadata
+    hfov_deg: float = Field(default=60.0, gt=10, lt=170, description="the cab camera's horizontal field of view")
+    track_model: str | None = Field(default=None, description="TorchScript coarse track-area model (optional)")
+    refine_with_segmenter: bool = Field(default=False, description="refine the track area with SAM prompts")
+
+
 class BackgroundConfig(Section):
-    source: Literal["procedural"] = "procedural"
-    count: int = Field(default=40, ge=1)
+    source: Literal["procedural", "video"] = "procedural"
+    count: int = Field(default=40, ge=1, description="procedural backgrounds to render")
+    video: VideoBackgroundConfig | None = None
     track_types: tuple[Literal["ballasted", "ballastless"], ...] = TRACK_TYPES
     conditions: dict[Literal["normal", "overcast", "fog", "dusk"], float] = Field(
         default_factory=lambda: {"normal": 0.55, "overcast": 0.2, "fog": 0.125, "dusk": 0.125})
@@ -90,11 +103,82 @@ class BackgroundConfig(Section):
             raise ValueError(f"track_types needs at least one of {list(TRACK_TYPES)}")
         return types
 
+    @model_validator(mode="after")
+    def _video_needs_its_section(self) -> "BackgroundConfig":
+        if self.source == "video" and self.video is None:
+            raise ValueError("backgrounds.source is 'video': set backgrounds.video.url")
+        return self
+
+
+class ProceduralSource(Section):
+    """Drawn cutouts (the offline default); ``gallery.per_class`` of each class."""
+
+    type: Literal["procedural"] = "procedural"
+
+
+class CocoSource(Section):
+    """COCO-format instances (how Objects365 ships); boxes become segmenter prompts."""
+
+    type: Literal["coco"]
+    annotations: str
+    images: str
+    class_map: dict[str, str] = Field(description="dataset category name -> our class")
+    name: str = "objects365"
+    min_area_px: int = Field(default=1024, ge=1)
+    max_overlap: float = Field(default=0.3, ge=0, le=1)
+    max_items: int | None = Field(default=None, ge=1)
+
+
+class PennFudanSource(Section):
+    type: Literal["pennfudan"]
+    root: str
+    max_items: int | None = Field(default=None, ge=1)
+
+
+class RockFolderSource(Section):
+    """Rock photos in class subfolders, no annotations: the whole photo is the prompt."""
+
+    type: Literal["rocks"]
+    root: str
+    class_name: str = "rock"
+    max_items: int | None = Field(default=None, ge=1)
+
+
+class RgbaFolderSource(Section):
+    type: Literal["rgba"]
+    root: str
+    class_name: str
+    height_m: Range
+
+
+class DiffusionSource(Section):
+    """Stable Diffusion images from the paper's prompt templates, then cut out."""
+
+    type: Literal["diffusion"]
+    model: DiffusionConfig
+    prompts: DiffusionPromptConfig = DiffusionPromptConfig()
+
+
+GallerySource = Annotated[Union[ProceduralSource, CocoSource, PennFudanSource, RockFolderSource, RgbaFolderSource,
+                                DiffusionSource], Field(discriminator="type")]
+
 
 class GalleryConfig(Section):
-    source: Literal["procedural"] = "procedural"
-    per_class: int = Field(default=12, ge=1)
+    sources: tuple[GallerySource, ...] = (ProceduralSource(),)
+    per_class: int = Field(default=12, ge=1, description="procedural cutouts per class")
     render_height_px: int = Field(default=256, ge=32, le=2048)
+    dtd_root: str | None = Field(default=None, description="DTD folder: textures for unseen_obstacle polygons")
+
+
+class SegmentConfig(Section):
+    """Mask extraction: SAM from a checkpoint, or GrabCut when none is given."""
+
+    backend: Literal["auto", "sam", "grabcut"] = "auto"
+    checkpoint: str | None = None
+    model_type: Literal["vit_b", "vit_l", "vit_h"] = "vit_h"
+    device: str = "cpu"
+    min_score: float = Field(default=0.5, ge=0, le=1)
+    min_area_px: int = Field(default=256, ge=1)
 
 
 class LinearScaleConfig(Section):
@@ -156,6 +240,7 @@ class BuildConfig(Section):
     splits: SplitConfig = SplitConfig()
     backgrounds: BackgroundConfig = BackgroundConfig()
     gallery: GalleryConfig = GalleryConfig()
+    segment: SegmentConfig = SegmentConfig()
     compose: ComposeConfig = ComposeConfig()
     execution: ExecutionConfig = ExecutionConfig()
 
@@ -168,9 +253,20 @@ class BuildConfig(Section):
         return names
 
     @model_validator(mode="after")
+    def _sources_fit_the_classes(self) -> "BuildConfig":
+        for source in self.gallery.sources:
+            targets = (set(source.class_map.values()) if isinstance(source, CocoSource)
+                       else {source.class_name} if isinstance(source, (RockFolderSource, RgbaFolderSource)) else set())
+            unknown = targets - set(self.classes)
+            if unknown:
+                raise ValueError(f"gallery source {source.type} maps to {sorted(unknown)}, which are not in "
+                                 f"classes {list(self.classes)}")
+        return self
+
+    @model_validator(mode="after")
     def _enough_backgrounds(self) -> "BuildConfig":
         used = sum(1 for share in self.splits.fractions().values() if share > 0)
-        if self.backgrounds.count < used:
+        if self.backgrounds.source == "procedural" and self.backgrounds.count < used:
             raise ValueError(f"backgrounds.count must be at least {used} (one per split in use, so that "
                              f"splits never share a scene), got {self.backgrounds.count}")
         if self.splits.train <= 0:
