@@ -1,5 +1,6 @@
-"""The dataset build as a Prefect flow: backgrounds fan out one task each, obstacles one task per
-class, compositions run in chunks, export gathers them. Entry point for ``synrail build`` and for prefect.yaml."""
+"""The dataset build as a Prefect flow: backgrounds fan out one task each (or one per video),
+obstacles one task per procedural class or real source, compositions run in chunks, export gathers
+them. Entry point for ``synrail build`` and for prefect.yaml."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ from flows.prefect_env import wait_for_task_runs_recorded
 from synrail.config import BuildConfig
 from synrail.export.dataset import ExportSummary
 from synrail.output import claim_output
-from synrail.pipeline import BackgroundRecord, ChunkRecord, GalleryRecord, chunk_ranges
+from synrail.config import ProceduralSource
+from synrail.gallery import GallerySourceResult, needs_gpu
+from synrail.inputs import check_inputs, input_report
+from synrail.pipeline import BackgroundRecord, ChunkRecord, GalleryRecord, chunk_ranges, procedural_classes
+from synrail.video_stage import VideoBackgrounds, source_videos, video_split_plan
 from synrail.store import Store
 from tasks import build as t
 
@@ -30,15 +35,12 @@ def build_dataset(config: BuildConfig, out_url: str, overwrite: bool = False,
     out = Store(out_url)
     claim_output(out, config, overwrite)
     cache_url = config.execution.cache_url or default_cache_url(out.root_url)
-    background_task = t.cached(t.prepare_background, "background", cache_url)
-    obstacle_task = t.cached(t.prepare_obstacles, "obstacles", cache_url)
+    background_records, videos = _backgrounds(config, cache_url)
+    gallery_records, sources = _gallery(config, cache_url)
+    report = input_report(videos, sources)
+    check_inputs(config, background_records, gallery_records, report)
     compose_task = t.cached(t.compose_chunk, "compose", cache_url)
     export_task = t.cached(t.export, "export", cache_url)
-
-    backgrounds = background_task.map(unmapped(config), range(config.backgrounds.count), unmapped(cache_url))
-    obstacles = obstacle_task.map(unmapped(config), list(config.classes), unmapped(cache_url))
-    background_records = t.as_records(BackgroundRecord, backgrounds.result())
-    gallery_records = t.as_records(GalleryRecord, [r for per_class in obstacles.result() for r in per_class])
 
     chunks = [compose_task.submit(config, first, stop, background_records, gallery_records, cache_url, out.root_url)
               for first, stop in chunk_ranges(config.num_images, config.execution.chunk_size)]
@@ -54,9 +56,39 @@ def build_dataset(config: BuildConfig, out_url: str, overwrite: bool = False,
 
     chunk_records = t.as_records(ChunkRecord, [c.result() for c in chunks])
     summary = ExportSummary.model_validate(export_task(config, chunk_records, background_records, gallery_records,
-                                                       out.root_url))
+                                                       report, out.root_url))
     _publish(summary, out)
     return summary
+
+
+def _backgrounds(config: BuildConfig, cache_url: str) -> tuple[list[BackgroundRecord], list[VideoBackgrounds]]:
+    """One task per procedural background, or one per video."""
+    if config.backgrounds.source == "procedural":
+        task = t.cached(t.prepare_background, "background", cache_url)
+        futures = task.map(unmapped(config), range(config.backgrounds.count), unmapped(cache_url))
+        return t.as_records(BackgroundRecord, futures.result()), []
+    refs = source_videos(config)
+    plan = video_split_plan(config, refs)
+    task = t.cached(t.prepare_video, "video", cache_url)
+    futures = task.map(unmapped(config), refs, [plan[r.name] for r in refs], unmapped(cache_url))
+    videos = t.as_records(VideoBackgrounds, futures.result())
+    return [record for video in videos for record in video.records], videos
+
+
+def _gallery(config: BuildConfig, cache_url: str) -> tuple[list[GalleryRecord], list[GallerySourceResult]]:
+    """One task per procedural class, one per real source (tagged ``gpu`` when it runs a model)."""
+    procedural_task = t.cached(t.prepare_obstacles, "obstacles", cache_url)
+    source_task = t.cached(t.prepare_gallery_source, "gallery-source", cache_url)
+    procedural, real = [], []
+    for index, source in enumerate(config.gallery.sources):
+        if isinstance(source, ProceduralSource):
+            procedural += [procedural_task.submit(config, c, cache_url) for c in procedural_classes(config, source)]
+        else:
+            tags = ["gpu"] if needs_gpu(config, index) else []
+            real.append(source_task.with_options(tags=tags).submit(config, index, cache_url))
+    records = t.as_records(GalleryRecord, [r for f in procedural for r in f.result()])
+    sources = t.as_records(GallerySourceResult, [f.result() for f in real])
+    return records + [r for s in sources for r in s.records], sources
 
 
 def _publish(summary: ExportSummary, out: Store) -> None:
@@ -70,7 +102,11 @@ def _publish(summary: ExportSummary, out: Store) -> None:
 def expected_task_runs(config: BuildConfig) -> int:
     """How many task runs one build makes (the flow above, counted)."""
     chunks = len(chunk_ranges(config.num_images, config.execution.chunk_size))
-    return config.backgrounds.count + len(config.classes) + chunks + 1
+    backgrounds = (config.backgrounds.count if config.backgrounds.source == "procedural"
+                   else len(source_videos(config)))
+    gallery = sum(len(procedural_classes(config, s)) if isinstance(s, ProceduralSource) else 1
+                  for s in config.gallery.sources)
+    return backgrounds + gallery + chunks + 1
 
 
 def build_with_runner(config: BuildConfig, out_url: str, overwrite: bool = False,

@@ -114,6 +114,7 @@ class ProceduralSource(Section):
     """Drawn cutouts (the offline default); ``gallery.per_class`` of each class."""
 
     type: Literal["procedural"] = "procedural"
+    classes: tuple[str, ...] | None = Field(default=None, description="a subset of the build's classes")
 
 
 class CocoSource(Section):

@@ -7,18 +7,44 @@ measured against (benchmarks/compose.py) and what tests use when orchestration i
 from __future__ import annotations
 
 from synrail import pipeline
-from synrail.config import BuildConfig
+from synrail.config import BuildConfig, ProceduralSource
 from synrail.export.dataset import ExportSummary, export_dataset
+from synrail.gallery import prepare_gallery_source
+from synrail.inputs import InputReport, check_inputs, input_report
 from synrail.output import claim_output
 from synrail.store import Store
+from synrail.video_stage import prepare_video_backgrounds, source_videos, video_split_plan
+
+
+def gather_inputs(cfg: BuildConfig, cache: Store) -> tuple[list[pipeline.BackgroundRecord],
+                                                          list[pipeline.GalleryRecord], InputReport]:
+    """Backgrounds and cutouts from every configured source, checked, with the report of what was left out."""
+    videos = []
+    if cfg.backgrounds.source == "procedural":
+        backgrounds = [pipeline.prepare_background(cfg, i, cache) for i in range(cfg.backgrounds.count)]
+    else:
+        refs = source_videos(cfg)
+        plan = video_split_plan(cfg, refs)
+        videos = [prepare_video_backgrounds(cfg, ref, plan[ref.name], cache) for ref in refs]
+        backgrounds = [record for video in videos for record in video.records]
+    gallery, sources = [], []
+    for index, source in enumerate(cfg.gallery.sources):
+        if isinstance(source, ProceduralSource):
+            gallery += [r for c in pipeline.procedural_classes(cfg, source)
+                        for r in pipeline.prepare_gallery_class(cfg, c, cache)]
+        else:
+            sources.append(prepare_gallery_source(cfg, index, cache))
+            gallery += sources[-1].records
+    report = input_report(videos, sources)
+    check_inputs(cfg, backgrounds, gallery, report)
+    return backgrounds, gallery, report
 
 
 def build_in_process(cfg: BuildConfig, out_url: str, overwrite: bool = False) -> ExportSummary:
     out = Store(out_url)
     claim_output(out, cfg, overwrite)
     cache = Store(cfg.execution.cache_url or out.url(".synrail/cache"))
-    backgrounds = [pipeline.prepare_background(cfg, i, cache) for i in range(cfg.backgrounds.count)]
-    gallery = pipeline.prepare_gallery(cfg, cache)
+    backgrounds, gallery, report = gather_inputs(cfg, cache)
     chunks = [pipeline.compose_chunk(cfg, first, stop, backgrounds, gallery, cache, out)
               for first, stop in pipeline.chunk_ranges(cfg.num_images, cfg.execution.chunk_size)]
-    return export_dataset(cfg, chunks, backgrounds, gallery, out)
+    return export_dataset(cfg, chunks, backgrounds, gallery, out, report)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import cv2
@@ -22,12 +22,13 @@ from pydantic import BaseModel, ConfigDict
 
 from synrail.compose.composite import Composite, GalleryCutout, SceneBackground, compose_image
 from synrail.compose.placement import track_rows
-from synrail.config import BuildConfig
+from synrail.config import BuildConfig, ProceduralSource
 from synrail.export.coco import decode_rle, encode_rle, rle_box_and_area
 from synrail.export.yolo import yolo_line
 from synrail.rail.geometry import CameraGeometry
 from synrail.sources.procedural_backgrounds import (render_background,
                                                     sample_background_spec)
+from synrail.sources.gallery_sources import dtd_texture_loader, read_dtd_textures
 from synrail.sources.procedural_obstacles import render_cutout
 from synrail.store import Store, StoreError, sha256_bytes
 
@@ -192,11 +193,19 @@ def prepare_background(cfg: BuildConfig, index: int, cache: Store) -> Background
 
 
 # -- stage 2: obstacle gallery -------------------------------------------------------------------
+@functools.lru_cache(maxsize=4)
+def _dtd_textures(root: str) -> Callable[[np.random.Generator], np.ndarray]:
+    return dtd_texture_loader(read_dtd_textures(root))
+
+
 def prepare_gallery_item(cfg: BuildConfig, class_name: str, index: int, cache: Store) -> GalleryRecord:
     """Render one procedural obstacle cutout (RGBA, exact alpha) with its physical size."""
     stream = STREAM_GALLERY * 1000 + cfg.classes.index(class_name)
-    cutout = render_cutout(class_name, rng_for(cfg.seed, stream, index),
-                           pixel_height=cfg.gallery.render_height_px)
+    rng = rng_for(cfg.seed, stream, index)
+    texture = None
+    if class_name == "unseen_obstacle" and cfg.gallery.dtd_root:  # the paper's DTD-filled random polygons
+        texture = _dtd_textures(cfg.gallery.dtd_root)(rng)
+    cutout = render_cutout(class_name, rng, pixel_height=cfg.gallery.render_height_px, texture=texture)
     png = encode_image(cutout.rgba, ".png")
     sha = sha256_bytes(png)
     path = f"gallery/{class_name}/{sha[:24]}.png"
@@ -212,7 +221,12 @@ def prepare_gallery_class(cfg: BuildConfig, class_name: str, cache: Store) -> li
     return [prepare_gallery_item(cfg, class_name, i, cache) for i in range(cfg.gallery.per_class)]
 
 
+def procedural_classes(cfg: BuildConfig, source: ProceduralSource) -> list[str]:
+    return [c for c in cfg.classes if source.classes is None or c in source.classes]
+
+
 def prepare_gallery(cfg: BuildConfig, cache: Store) -> list[GalleryRecord]:
+    """The procedural gallery of every class (the benchmark's fixed input)."""
     return [record for name in cfg.classes for record in prepare_gallery_class(cfg, name, cache)]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,11 @@ from prefect.cache_policies import CachePolicy
 from prefect.filesystems import RemoteFileSystem
 from pydantic import BaseModel
 
-from synrail import pipeline
+from synrail import gallery as gallery_stage, pipeline
+from synrail.gallery import GallerySourceResult
+from synrail.inputs import InputReport
+from synrail.sources.video import VideoRef
+from synrail.video_stage import VideoBackgrounds, prepare_video_backgrounds
 from synrail.config import BuildConfig
 from synrail.export.dataset import ExportSummary, export_dataset
 from synrail.store import Store
@@ -27,6 +32,8 @@ from synrail.version import code_version
 
 
 def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
     if isinstance(value, BuildConfig):
         return value.content_dict()  # execution settings never change the outputs
     if isinstance(value, BaseModel):
@@ -88,6 +95,16 @@ def prepare_obstacles(cfg: BuildConfig, class_name: str, cache_url: str) -> list
     return pipeline.prepare_gallery_class(cfg, class_name, Store(cache_url))
 
 
+@task(name="prepare-video", retries=1, **_COMMON)
+def prepare_video(cfg: BuildConfig, video: VideoRef, split: str | None, cache_url: str) -> VideoBackgrounds:
+    return prepare_video_backgrounds(cfg, video, split, Store(cache_url))
+
+
+@task(name="prepare-gallery-source", retries=1, **_COMMON)
+def prepare_gallery_source(cfg: BuildConfig, source_index: int, cache_url: str) -> GallerySourceResult:
+    return gallery_stage.prepare_gallery_source(cfg, source_index, Store(cache_url))
+
+
 @task(name="compose-chunk", retries=2, retry_delay_seconds=1, **_COMMON)
 def compose_chunk(cfg: BuildConfig, first: int, stop: int, backgrounds: list[pipeline.BackgroundRecord],
                   gallery: list[pipeline.GalleryRecord], cache_url: str, out_url: str) -> pipeline.ChunkRecord:
@@ -96,5 +113,5 @@ def compose_chunk(cfg: BuildConfig, first: int, stop: int, backgrounds: list[pip
 
 @task(name="export-dataset", retries=2, retry_delay_seconds=1, **_COMMON)
 def export(cfg: BuildConfig, chunks: list[pipeline.ChunkRecord], backgrounds: list[pipeline.BackgroundRecord],
-           gallery: list[pipeline.GalleryRecord], out_url: str) -> ExportSummary:
-    return export_dataset(cfg, chunks, backgrounds, gallery, Store(out_url))
+           gallery: list[pipeline.GalleryRecord], report: InputReport, out_url: str) -> ExportSummary:
+    return export_dataset(cfg, chunks, backgrounds, gallery, Store(out_url), report)

@@ -93,3 +93,14 @@ def test_another_seed_gives_another_dataset(first_build, tmp_path):
     assert validate_dataset(other) == []
     first, second = first_build / "images/train/000000.jpg", other / "images/train/000000.jpg"
     assert first.read_bytes() != second.read_bytes()
+
+
+def test_video_sources_run_through_the_flow(tmp_path):
+    from media import H, W, write_video_folder
+
+    videos = write_video_folder(tmp_path / "videos")
+    cfg = load_config(TINY, {"num_images": 6, "image.width": W, "image.height": H, "backgrounds.source": "video",
+                             "backgrounds.video": {"url": str(videos), "sampling": {"fps": 2.0}}})
+    assert expected_task_runs(cfg) == 4 + len(cfg.classes) + 1 + 1  # 4 video files, classes, 1 chunk, export
+    build_with_runner(cfg, str(tmp_path / "out"))
+    assert validate_dataset(tmp_path / "out") == []

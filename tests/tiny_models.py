@@ -107,7 +107,8 @@ def build_tiny_sd_pipeline(folder: Path) -> Path:
         torch.manual_seed(0)
         unet = UNet2DConditionModel(
             sample_size=16, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(32, 64),
-            down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"), up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+            down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+            up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
             cross_attention_dim=32, attention_head_dim=4, norm_num_groups=8,
         )
         vae = AutoencoderKL(

@@ -42,8 +42,35 @@ def _crosstab(counter: Counter, keys: Sequence[str], splits: Sequence[str], labe
     return _table([label, *splits, "total"], rows)
 
 
+def _origin_sentence(config: dict[str, Any]) -> str:
+    procedural_backgrounds = config["backgrounds"]["source"] == "procedural"
+    procedural_gallery = all(s["type"] == "procedural" for s in config["gallery"]["sources"])
+    if procedural_backgrounds and procedural_gallery:
+        return ("The backgrounds and obstacles of this build are **procedural** (rendered scenes and drawn "
+                "cutouts that stand in for cab videos and real galleries so the pipeline runs anywhere); they "
+                "are not photographs.")
+    return (f"Backgrounds: {'procedural scenes' if procedural_backgrounds else 'frames of cab videos'}; "
+            f"obstacles: {', '.join(s['type'] for s in config['gallery']['sources'])}.")
+
+
+def _inputs_section(backgrounds: Sequence[dict[str, Any]], report: Any) -> str:
+    sources = Counter(b["source"].split(":")[0].split("/")[0] for b in backgrounds)
+    lines = ["## Inputs", "", "Backgrounds by source: " + ", ".join(f"{k} {v}" for k, v in sorted(sources.items()))]
+    if report is not None:
+        unused = Counter(f.reason.split(":")[0] for f in report.unused_frames)
+        skipped = Counter(s.reason.split(" (")[0] for s in report.skipped_obstacles)
+        lines += [f"- videos quarantined: {len(report.quarantine)}"
+                  + "".join(f"\n  - {q.url}: {q.reason}" for q in report.quarantine),
+                  "- frames not used: " + (", ".join(f"{k} {v}" for k, v in sorted(unused.items())) or "none"),
+                  "- obstacle candidates skipped: "
+                  + (", ".join(f"{k} {v}" for k, v in sorted(skipped.items())) or "none")]
+        lines += [f"- note: {note}" for note in report.notes]
+    return "\n".join(lines)
+
+
 def dataset_card(config: dict[str, Any], images: Sequence[dict[str, Any]], annotations: Sequence[dict[str, Any]],
-                 backgrounds: Sequence[dict[str, Any]], classes: Sequence[str], splits: Sequence[str]) -> str:
+                 backgrounds: Sequence[dict[str, Any]], classes: Sequence[str], splits: Sequence[str],
+                 report: Any = None) -> str:
     """Markdown card; deterministic (no times, no paths) so that equal builds have equal cards."""
     per_class = Counter((a["class_name"], a["split"]) for a in annotations)
     per_condition = Counter((i["condition"], i["split"]) for i in images)
@@ -54,9 +81,7 @@ def dataset_card(config: dict[str, Any], images: Sequence[dict[str, Any]], annot
     empty = sum(1 for i in images if i["num_annotations"] == 0)
     return "\n\n".join([
         f"# Dataset card: {config['name']}",
-        "Synthetic railway-obstacle detection data made by SynRail. The backgrounds and obstacles of this "
-        "build are **procedural** (rendered scenes and drawn cutouts that stand in for cab videos and real "
-        "galleries so the pipeline runs anywhere); they are not photographs.",
+        "Synthetic railway-obstacle detection data made by SynRail. " + _origin_sentence(config),
         f"- seed: {config['seed']}\n- images: {len(images)} ({empty} without obstacles)\n"
         f"- annotations: {len(annotations)}\n- backgrounds: {len(backgrounds)} "
         f"(each used by one split only)\n- image size: {config['image']['width']} x {config['image']['height']}",
@@ -65,6 +90,7 @@ def dataset_card(config: dict[str, Any], images: Sequence[dict[str, Any]], annot
         "## Images per condition and split\n\n" + _crosstab(per_condition, conditions, splits, "condition"),
         "## Obstacle distance (camera to ground-contact point)\n\n"
         + _table(["distance", "obstacles"], [[b, distances[b]] for b in buckets]),
+        _inputs_section(backgrounds, report),
         "## Configuration\n\n```yaml\n" + yaml.safe_dump(config, sort_keys=False) + "```",
         "## Software\n\n" + _table(["package", "version"], sorted(package_versions().items())),
     ]) + "\n"

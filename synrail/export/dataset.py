@@ -18,6 +18,7 @@ from synrail.config import BuildConfig
 from synrail.export.card import dataset_card
 from synrail.export.coco import coco_document
 from synrail.export.yolo import data_yaml
+from synrail.inputs import InputReport
 from synrail.pipeline import (SPLITS, ANNOTATION_SCHEMA, BackgroundRecord, ChunkRecord, GalleryRecord,
                               read_table, table_bytes)
 from synrail.store import Store
@@ -57,8 +58,17 @@ def _background_row(record: BackgroundRecord) -> dict[str, Any]:
     return row
 
 
+def _write_report(report: InputReport, out: Store) -> None:
+    """Every input left out, with its reason: quarantined videos, unused frames, skipped obstacles."""
+    for name, rows in [("quarantine", report.quarantine), ("unused_frames", report.unused_frames),
+                       ("skipped_obstacles", report.skipped_obstacles)]:
+        if rows:
+            out.write_bytes(f"manifest/{name}.parquet", table_bytes([r.model_dump(mode="json") for r in rows]))
+
+
 def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds: Sequence[BackgroundRecord],
-                   gallery: Sequence[GalleryRecord], out: Store) -> ExportSummary:
+                   gallery: Sequence[GalleryRecord], out: Store, report: InputReport | None = None) -> ExportSummary:
+    report = report or InputReport()
     images = [row for c in sorted(chunks, key=lambda c: c.first) for row in read_table(out, c.images_path)]
     annotations = [row for c in sorted(chunks, key=lambda c: c.first) for row in read_table(out, c.annotations_path)]
     split_of = {row["image_index"]: row["split"] for row in images}
@@ -76,9 +86,11 @@ def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds:
     out.write_bytes("manifest/gallery.parquet", table_bytes([g.model_dump(mode="json") for g in gallery]))
     out.write_bytes("manifest/images.parquet", table_bytes(images))
     out.write_bytes("manifest/annotations.parquet", table_bytes(annotations, MANIFEST_ANNOTATION_SCHEMA))
+    _write_report(report, out)
     out.write_text("data.yaml", data_yaml(splits, cfg.classes))
     out.write_text("dataset_card.md", dataset_card(cfg.content_dict(), images, annotations,
-                                                   [b.model_dump() for b in backgrounds], cfg.classes, splits))
+                                                   [b.model_dump() for b in backgrounds], cfg.classes, splits,
+                                                   report))
     return ExportSummary(
         out_url=out.root_url,
         images_per_split=dict(Counter(r["split"] for r in images)),

@@ -1,0 +1,120 @@
+"""The gallery stage for real sources: dataset adapters or diffusion images, cut out, as records.
+
+One call handles one configured source. Masks go through the Parquet mask cache and diffusion
+images through the diffusion cache, both in the build's cache store, so a rerun makes no model
+call. The segmenter and the diffusion pipeline load once per process.
+"""
+
+from __future__ import annotations
+
+import json
+
+import cv2
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from synrail.config import (BuildConfig, CocoSource, DiffusionSource, PennFudanSource, RgbaFolderSource,
+                            RockFolderSource)
+from synrail.pipeline import STREAM_GALLERY, GalleryRecord, rng_for
+from synrail.segment.cache import MaskCache
+from synrail.segment.sam import load_segmenter
+from synrail.sources.cutouts import ExtractedCutout, extract_cutouts
+from synrail.sources.diffusion import DiffusionCache, expand_prompts, load_generator, subject_prompt
+from synrail.sources.gallery_sources import (ObstacleCandidate, Skipped, read_coco_instances, read_pennfudan,
+                                             read_rgba_folder, read_rock_folders)
+from synrail.sources.procedural_obstacles import SIZE_PRIORS_M
+from synrail.store import Store
+
+STREAM_DIFFUSION_PROMPTS = 5
+RealSource = CocoSource | PennFudanSource | RockFolderSource | RgbaFolderSource | DiffusionSource
+
+
+class SkipRow(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    source: str
+    instance_key: str
+    reason: str
+
+
+class GallerySourceResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    records: list[GalleryRecord]
+    skipped: list[SkipRow]
+
+
+def _first(candidates: list[ObstacleCandidate], limit: int | None) -> list[ObstacleCandidate]:
+    """A deterministic subset: the first ``limit`` by instance key."""
+    ordered = sorted(candidates, key=lambda c: c.instance_key)
+    return ordered if limit is None else ordered[:limit]
+
+
+def dataset_candidates(source: RealSource) -> tuple[list[ObstacleCandidate], list[Skipped]]:
+    """Candidates of a dataset source in its real on-disk layout."""
+    if isinstance(source, CocoSource):
+        found, skipped = read_coco_instances(source.annotations, source.images, source.class_map,
+                                             min_area_px=source.min_area_px, max_overlap=source.max_overlap,
+                                             source_name=source.name)
+        return _first(found, source.max_items), skipped
+    if isinstance(source, PennFudanSource):
+        found, skipped = read_pennfudan(source.root)
+        return _first(found, source.max_items), skipped
+    if isinstance(source, RockFolderSource):
+        found, skipped = read_rock_folders(source.root, class_name=source.class_name)
+        return _first(found, source.max_items), skipped
+    if isinstance(source, RgbaFolderSource):
+        return read_rgba_folder(source.root, source.class_name, source.height_m)
+    raise TypeError(f"not a dataset source: {source.type}")
+
+
+def diffusion_candidates(cfg: BuildConfig, source: DiffusionSource, cache: Store) -> list[ObstacleCandidate]:
+    """Generate (or find cached) images for every class with a prompt template; box each subject."""
+    generator = load_generator(source.model)
+    templates = source.prompts.all_templates()
+    classes = [c for c in cfg.classes if c in templates]
+    specs = [spec for c in classes for spec in expand_prompts(
+        c, source.prompts.per_class, source.prompts, rng_for(cfg.seed, STREAM_DIFFUSION_PROMPTS, cfg.classes.index(c)))]
+    candidates = []
+    for image in DiffusionCache(cache).generate_cached(generator, specs, source.model):
+        pixels = cv2.imdecode(np.frombuffer(cache.read_bytes(image.path), np.uint8), cv2.IMREAD_COLOR)
+        provenance = json.dumps({"model": generator.identity, "prompt": image.spec.text, "seed": image.spec.seed})
+        candidates.append(ObstacleCandidate(
+            image_path=cache.url(image.path), class_name=image.spec.class_name, source=f"diffusion:{provenance}",
+            instance_key=f"diffusion:{image.key}", prompt=subject_prompt(pixels), mask_path=None, mask_value=None,
+            height_m_range=SIZE_PRIORS_M[image.spec.class_name]))
+    return candidates
+
+
+def gallery_record(cfg: BuildConfig, cutout: ExtractedCutout) -> GalleryRecord:
+    """A cutout's record, its physical height drawn from its size prior (seeded by its content)."""
+    rng = rng_for(cfg.seed, STREAM_GALLERY, int(cutout.sha256[:12], 16))
+    return GalleryRecord(
+        cutout_id=cutout.cutout_id, class_name=cutout.class_name, source=cutout.source, path=cutout.path,
+        sha256=cutout.sha256, height_m=float(rng.uniform(*cutout.height_m_range)), width_px=cutout.width_px,
+        height_px=cutout.height_px, mask_px=cutout.mask_px)
+
+
+def prepare_gallery_source(cfg: BuildConfig, source_index: int, cache: Store) -> GallerySourceResult:
+    """Cut out every usable obstacle of ``cfg.gallery.sources[source_index]``."""
+    source = cfg.gallery.sources[source_index]
+    if isinstance(source, DiffusionSource):
+        candidates, skipped = diffusion_candidates(cfg, source, cache), []
+    else:
+        candidates, skipped = dataset_candidates(source)
+    seg = cfg.segment
+    segmenter = load_segmenter(seg.backend, seg.checkpoint, seg.model_type, seg.device)
+    cutouts, rejected = extract_cutouts(candidates, segmenter, MaskCache(cache), cache,
+                                        min_score=seg.min_score, min_area_px=seg.min_area_px)
+    return GallerySourceResult(
+        records=[gallery_record(cfg, c) for c in cutouts],
+        skipped=[SkipRow(source=source.type, instance_key=s.instance_key, reason=s.reason)
+                 for s in [*skipped, *rejected]])
+
+
+def needs_gpu(cfg: BuildConfig, source_index: int) -> bool:
+    """Whether this source's work is model inference that belongs on a GPU worker."""
+    source = cfg.gallery.sources[source_index]
+    uses_sam = cfg.segment.backend == "sam" or (cfg.segment.backend == "auto" and cfg.segment.checkpoint)
+    return isinstance(source, DiffusionSource) or bool(uses_sam)
+

@@ -1,0 +1,470 @@
+"""Classical ego-track finding on a cab-view frame: where the two rails under the train run.
+
+Method:
+1. Bright-ridge map: rail heads are polished, so they show as thin bright stripes; a horizontal
+   white top-hat keeps stripes narrower than its kernel and drops wide bright areas (slabs,
+   sleepers, sky), which a plain edge map would keep.
+2. Line segments (``cv2.HoughLinesP``) on the thresholded ridge map of the lower image, split by
+   the sign of dx/dy into left- and right-leaning; the ego pair is the best-supported left/right
+   pair that straddles the image centre at the bottom, meets above both segments at a plausible
+   horizon and has a gap-to-height ratio a real camera height gives.
+3. Refinement: from the bottom up, the ridge is searched per row in a window around each rail's
+   prediction (the ridge kernel shrinks with the gap), and the pair model below is refit robustly;
+   the range grows toward the horizon while both rails keep their support and stay resolvable.
+
+Rail model: a level pinhole camera sees a ground curve ``X(Z) = o + k Z^2 / 2`` as
+``u = A + B t + C / t`` with ``t = v - v_horizon`` exactly, and the two rails of one track (same Z
+on one row) differ only in the ``t`` term: ``u = A + (B -/+ D) t + C / t``. So the gap between the
+rails is linear in the row and vanishes on the horizon. A quadratic in the row cannot follow a
+curve toward the horizon (the ``C / t`` term); this model can, with no more parameters.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from synrail.rail.geometry import RAIL_HEAD_WIDTH_M, STANDARD_GAUGE_M
+
+# The fits follow the rail-head centre lines, so the ruler between them is gauge + one head.
+HEAD_TO_CENTRES = RAIL_HEAD_WIDTH_M / (STANDARD_GAUGE_M + RAIL_HEAD_WIDTH_M)
+
+MIN_GAP_PX = 4.0             # closer than this the two rails are no longer resolvable
+GAP_SLOPE_RANGE = (0.28, 1.3)  # d(gap)/d(row) = (gauge + head) cos(pitch) / camera height: 1.15-5.4 m
+PITCH_RANGE_DEG = (-3.0, 15.0)  # horizon rows a cab camera can have
+_TOPHAT_PER_GAP = 1 / 8      # ridge kernel width per rail gap: ~3 bright rail-head widths
+_WINDOW_PER_GAP = 0.2        # search window half-width per rail gap: well clear of the other rail
+_FIRST_WINDOW_PER_GAP = 0.35  # ... around straight Hough lines, which cut a curve's chords
+_CONTEXT_PER_GAP = 0.45      # half-width of the window that sets the background ridge level
+_GROWTH = 0.75               # each refinement step reaches rows with t 25 % smaller (farther)
+_PAIR_SUPPORT_SHARE = 0.25   # pairs this well supported, relative to the best, are candidates
+_MAX_PAIR_TRIES = 4          # candidate pairs followed before the frame is given up
+_MIN_SUPPORT = 0.5           # share of rows in a new band where both rails must be found
+
+
+@dataclass(frozen=True)
+class RailFit:
+    """One rail-head centre line in the image: ``x(v) = a + b t + c / t``, ``t = v - horizon_v``."""
+
+    horizon_v: float
+    a: float
+    b: float
+    c: float
+
+    def x(self, v: np.ndarray | float) -> np.ndarray:
+        t = np.asarray(v, dtype=np.float64) - self.horizon_v
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self.a + self.b * t + self.c / t
+
+
+@dataclass(frozen=True)
+class TrackDetection:
+    mask: np.ndarray                       # H x W bool: between the rails' outer head edges
+    left_fit: RailFit
+    right_fit: RailFit
+    vanishing_point: tuple[float, float]   # (u, v) where the rails' tangents at the bottom meet
+    confidence: float                      # share of rows where both rails were found, in [0, 1]
+    top_row: int                           # first (farthest) row the mask covers
+
+    @property
+    def horizon_v(self) -> float:
+        return self.left_fit.horizon_v
+
+    def gap_px(self, v: np.ndarray | float) -> np.ndarray:
+        """Distance between the two rail-head centre lines at row ``v``."""
+        return self.right_fit.x(v) - self.left_fit.x(v)
+
+    def centre_x(self, v: np.ndarray | float) -> np.ndarray:
+        return 0.5 * (self.left_fit.x(v) + self.right_fit.x(v))
+
+
+@dataclass(frozen=True)
+class TrackResult:
+    """A detection, or None and why (so a frame without a track can be quarantined)."""
+
+    detection: TrackDetection | None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class _PairModel:
+    """Both rails: ``u = a + (b -/+ d) t + c / t``, ``t = v - horizon_v``."""
+
+    horizon_v: float
+    a: float
+    b: float
+    c: float
+    d: float
+
+    def predict(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        t = v - self.horizon_v
+        centre = self.a + self.b * t + self.c / t
+        return centre - self.d * t, centre + self.d * t
+
+    def slopes(self, v: np.ndarray) -> np.ndarray:
+        """dx/dv of the left and right rail, 2 x len(v)."""
+        t = v - self.horizon_v
+        centre = self.b - self.c / (t * t)
+        return np.stack([centre - self.d, centre + self.d])
+
+    def residual_scale(self, v: np.ndarray) -> np.ndarray:
+        """How far (px) a rail sample may sit from the model: wide near rails measure less precisely."""
+        return 2.0 + 0.04 * 2 * self.d * np.maximum(v - self.horizon_v, 0.0)
+
+    def inlier_rows(self, samples: "_RailSamples") -> np.ndarray:
+        """Rows where both rails were found where this model puts them."""
+        left, right = self.predict(samples.rows)
+        scale = self.residual_scale(samples.rows)
+        with np.errstate(invalid="ignore"):
+            return (np.abs(samples.left - left) <= scale) & (np.abs(samples.right - right) <= scale)
+
+    def row_at_gap(self, gap_px: float) -> float:
+        return self.horizon_v + gap_px / (2 * self.d)
+
+
+@dataclass(frozen=True)
+class _Segments:
+    """Line segments as x = m y + q over rows [y_low, y_high]."""
+
+    m: np.ndarray
+    q: np.ndarray
+    y_low: np.ndarray
+    y_high: np.ndarray
+    length: np.ndarray
+
+    def subset(self, keep: np.ndarray) -> "_Segments":
+        return _Segments(self.m[keep], self.q[keep], self.y_low[keep], self.y_high[keep], self.length[keep])
+
+
+@dataclass(frozen=True)
+class _RailSamples:
+    rows: np.ndarray      # row of each sample
+    left: np.ndarray      # measured rail-centre columns (NaN where not found)
+    right: np.ndarray
+
+    def support(self) -> float:
+        """Share of rows where both rails were found."""
+        return float((np.isfinite(self.left) & np.isfinite(self.right)).mean()) if self.rows.size else 0.0
+
+    def joined(self, other: "_RailSamples") -> "_RailSamples":
+        return _RailSamples(*(np.concatenate([a, b]) for a, b in
+                              ((self.rows, other.rows), (self.left, other.left), (self.right, other.right))))
+
+
+def detect_track(image_bgr: np.ndarray, *, hfov_deg: float = 60.0, max_rows_fraction: float = 0.6
+                 ) -> TrackResult:
+    """Finds the ego track in the lower ``max_rows_fraction`` of the image.
+
+    ``hfov_deg`` only bounds where the horizon may lie (pitch range); the estimate of the camera
+    itself is ``estimate.estimate_geometry``'s job.
+    """
+    height, width = image_bgr.shape[:2]
+    grey = cv2.GaussianBlur(cv2.cvtColor(image_bgr, cv2.COLOR_BGR2GRAY), (3, 3), 0)
+    first_row = int(height * (1 - max_rows_fraction))
+    focal = (width / 2) / math.tan(math.radians(hfov_deg) / 2)
+    horizon_limits = tuple((height - 1) / 2 - focal * math.tan(math.radians(p)) for p in PITCH_RANGE_DEG[::-1])
+    try:
+        candidates = _ego_pair_candidates(_ridge_segments(grey, first_row), width, height, horizon_limits)
+    except _NoTrack as failure:
+        return TrackResult(None, str(failure))
+    first_failure = None
+    for model, seen_rows in candidates:
+        try:
+            model, samples, top_row = _track_rails(grey, model, seen_rows, first_row, horizon_limits)
+        except _NoTrack as failure:
+            first_failure = first_failure or failure
+            continue
+        confidence = float(model.inlier_rows(samples).mean())
+        return TrackResult(_detection(model, top_row, width, height, confidence))
+    return TrackResult(None, str(first_failure))
+
+
+class _NoTrack(Exception):
+    """Raised by a stage that rules the track out; the message is the reason."""
+
+
+# -- stage 1: segments and the ego pair --------------------------------------------------------
+def _ridge_segments(grey: np.ndarray, first_row: int) -> _Segments:
+    """Long, steep bright-ridge segments below ``first_row`` (full-image coordinates)."""
+    height, width = grey.shape
+    roi = grey[first_row:]
+    kernel = max(5, width // 40) | 1  # ~ 3 rail-head widths near the bottom of a cab view
+    ridge = cv2.morphologyEx(roi, cv2.MORPH_TOPHAT, cv2.getStructuringElement(cv2.MORPH_RECT, (kernel, 1)))
+    threshold = max(4.0, float(np.percentile(ridge, 95)))
+    binary = (ridge > threshold).astype(np.uint8) * 255
+    lines = cv2.HoughLinesP(binary, 1, np.pi / 180, threshold=max(15, height // 24),
+                            minLineLength=max(12, height // 16), maxLineGap=max(3, height // 70))
+    if lines is None:
+        raise _NoTrack("no rail edges")
+    x1, y1, x2, y2 = lines.reshape(-1, 4).astype(np.float64).T
+    y1, y2 = y1 + first_row, y2 + first_row
+    dy = y2 - y1
+    steep = np.abs(dy) >= 0.25 * np.hypot(x2 - x1, dy)  # >= ~14 degrees from the horizontal
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m = np.where(steep, (x2 - x1) / dy, np.nan)
+    segments = _Segments(m, x1 - m * y1, np.minimum(y1, y2), np.maximum(y1, y2), np.hypot(x2 - x1, dy))
+    segments = segments.subset(steep & (np.abs(m) >= 0.03))  # near-vertical: masts, trunks
+    if segments.m.size < 2:
+        raise _NoTrack("no rail edges")
+    return segments
+
+
+def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_limits: tuple[float, float]
+                         ) -> list[tuple[_PairModel, tuple[int, int]]]:
+    """Segment pairs that can be the ego track's two rails, most likely first, each with the
+    rows both segments cover (where the pair's straight lines are right even on a curve).
+
+    Among well-supported pairs the narrowest comes first: the ego rails lie inside a neighbour
+    track's rails, slab edges and bed edges, all of which can pair with one of them.
+
+    Rows of the pair matrix are left-rail candidates, columns right-rail ones. Both rails may
+    lean the same way (a tight curve seen through a narrow lens), so sides come from where the
+    two lines meet, not from the signs of their slopes.
+    """
+    ml, mr = segments.m[:, None], segments.m[None, :]
+    ql, qr = segments.q[:, None], segments.q[None, :]
+    low, high = segments.y_low, segments.y_high
+    bottom = height - 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):  # parallel pairs: no meeting point
+        gap_slope = mr - ml  # below their meeting point the gap grows by this per row
+        vp_v = (ql - qr) / gap_slope
+        vp_u = ml * vp_v + ql
+        bottom_mid = vp_u + 0.5 * (ml + mr) * (bottom - vp_v)
+        centred = np.abs(bottom_mid - (width - 1) / 2) / (gap_slope * (bottom - vp_v))
+        # Tangents of both rails at the same rows meet on the horizon even on a curve; tangents
+        # at far apart rows of a curve would not.
+        overlap = np.minimum(high[:, None], high[None, :]) - np.maximum(low[:, None], low[None, :])
+        extent = np.minimum((high - low)[:, None], (high - low)[None, :])
+        valid = ((gap_slope >= GAP_SLOPE_RANGE[0]) & (gap_slope <= GAP_SLOPE_RANGE[1])
+                 & (vp_v >= horizon_limits[0]) & (vp_v <= horizon_limits[1])
+                 & (vp_v < np.minimum(low[:, None], low[None, :]))
+                 & (centred < 0.5) & (overlap >= 0.5 * extent))
+    if not valid.any():
+        raise _NoTrack("no converging rail pair")
+    # Support, favouring pairs centred on the image and segments reaching low in the image.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reach = 0.5 + 0.5 * (np.maximum(high[:, None], high[None, :]) - vp_v) / (bottom - vp_v)
+        score = np.where(valid, (segments.length[:, None] + segments.length[None, :]) * reach * (1 - centred), -1.0)
+    strong = np.argwhere(score >= _PAIR_SUPPORT_SHARE * score.max())
+    strong = strong[np.argsort(gap_slope[strong[:, 0], strong[:, 1]], kind="stable")]
+    candidates: list[tuple[_PairModel, tuple[int, int]]] = []
+    for i, j in strong:
+        model = _PairModel(horizon_v=float(vp_v[i, j]), a=float(vp_u[i, j]), b=float(0.5 * (ml[i, 0] + mr[0, j])),
+                           c=0.0, d=float(0.5 * gap_slope[i, j]))
+        if any(_same_rails(model, other, bottom) for other, _ in candidates):
+            continue  # another segment of the same two rails
+        candidates.append((model, (int(math.ceil(max(low[i], low[j]))), int(math.floor(min(high[i], high[j]))))))
+        if len(candidates) == _MAX_PAIR_TRIES:
+            break
+    return candidates
+
+
+def _same_rails(a: _PairModel, b: _PairModel, row: float) -> bool:
+    """Whether two pair models put both rails within a tenth of the gap of each other at ``row``."""
+    rails_a, rails_b = np.array(a.predict(np.array([row]))), np.array(b.predict(np.array([row])))
+    return bool(np.all(np.abs(rails_a - rails_b) <= 0.1 * (rails_a[1] - rails_a[0])))
+
+
+# -- stage 2: following the rails -------------------------------------------------------------
+def _track_rails(grey: np.ndarray, model: _PairModel, seen_rows: tuple[int, int], first_row: int,
+                 horizon_limits: tuple[float, float]) -> tuple[_PairModel, _RailSamples, int]:
+    """From the rows the pair was seen on, grows the fitted range band by band: down to the
+    bottom of the image (required), then up toward the horizon while both rails keep their
+    support and stay resolvable.
+
+    Returns the refined model, the samples of the accepted rows and the first (top) one.
+    """
+    height = grey.shape[0]
+    low, high = seen_rows
+    samples = _RailSamples(*(np.empty(0),) * 3)
+    # The second pass measures with the band's own fit, no longer the Hough lines.
+    for hough in (True, False):
+        window = _FIRST_WINDOW_PER_GAP if hough else _WINDOW_PER_GAP
+        grown = _extend(grey, model, samples, np.arange(low, high + 1, dtype=np.float64), horizon_limits,
+                        window, trust_model=not hough)
+        if grown is None:
+            raise _NoTrack("rail pair not supported by the image")
+        model, first_band = grown
+    samples = first_band
+    while high < height - 1:
+        below = min(height - 1, int(math.ceil(model.horizon_v + (high - model.horizon_v) / _GROWTH)))
+        grown = _extend(grey, model, samples, np.arange(high + 1, below + 1, dtype=np.float64), horizon_limits)
+        if grown is None:
+            raise _NoTrack("rails do not reach the bottom of the image")
+        (model, samples), high = grown, below
+    while True:
+        limit = int(math.ceil(max(float(first_row), model.row_at_gap(MIN_GAP_PX))))
+        above = max(limit, int(math.ceil(model.horizon_v + (low - model.horizon_v) * _GROWTH)))
+        if above >= low:
+            return model, samples, low
+        grown = _extend(grey, model, samples, np.arange(above, low, dtype=np.float64), horizon_limits)
+        if grown is None:
+            return model, samples, low
+        (model, samples), low = grown, above
+
+
+def _extend(grey: np.ndarray, model: _PairModel, samples: _RailSamples, rows: np.ndarray,
+            horizon_limits: tuple[float, float], window: float = _WINDOW_PER_GAP, trust_model: bool = True
+            ) -> tuple[_PairModel, _RailSamples] | None:
+    """Measures a new band of rows and refits on everything; None when the band lacks support
+    or does not agree with the refit."""
+    band = _measure_band(grey, model, rows, window, trust_model)
+    if band is None:
+        return None
+    grown = samples.joined(band)
+    refit = _fit_pair(grown, model, horizon_limits, trust_previous=trust_model)
+    if refit is None or refit.inlier_rows(band).mean() < _MIN_SUPPORT:
+        return None
+    return refit, grown
+
+
+def _measure_band(grey: np.ndarray, model: _PairModel, rows: np.ndarray, window: float, trust_model: bool
+                  ) -> _RailSamples | None:
+    """The band's rail samples in whichever polarity finds both rails (where a trusted model
+    expects them) on more rows; None if neither does on enough.
+
+    Near rails show bright polished heads; far ones, on a light bed, often only their dark sides.
+    """
+    def agreement(band: _RailSamples) -> float:
+        return float(model.inlier_rows(band).mean()) if trust_model else band.support()
+
+    bright, dark = (_measure_rails(grey, model, rows, polarity, window) for polarity in (True, False))
+    best = bright if agreement(bright) >= agreement(dark) else dark
+    return best if agreement(best) >= _MIN_SUPPORT else None
+
+
+def _measure_rails(grey: np.ndarray, model: _PairModel, rows: np.ndarray, bright: bool, window: float
+                   ) -> _RailSamples:
+    """Per row, the strongest thin line within ``window`` x gap of each rail's prediction (NaN
+    where none stands out)."""
+    left_pred, right_pred = model.predict(rows)
+    gap = right_pred - left_pred
+    # A rail crosses a row over about (1 + |dx/dy|) pixels: on a curve, far rails lie nearly flat.
+    crossing = 1 + np.abs(model.slopes(rows)).max(axis=0)
+    kernels = np.maximum(np.maximum(3, gap * _TOPHAT_PER_GAP), 3 * crossing)
+    ridge = _row_tophat(grey, rows.astype(np.int64), kernels, bright)
+    return _RailSamples(rows, _ridge_peaks(ridge, left_pred, window * gap, gap),
+                        _ridge_peaks(ridge, right_pred, window * gap, gap))
+
+
+def _row_tophat(grey: np.ndarray, rows: np.ndarray, kernel_px: np.ndarray, bright: bool) -> np.ndarray:
+    """White (``bright``) or black top-hat of each row with its own kernel width (rows x width)."""
+    kernels = np.round(kernel_px).astype(np.int64) | 1
+    operation = cv2.MORPH_TOPHAT if bright else cv2.MORPH_BLACKHAT
+    ridge = np.empty((rows.size, grey.shape[1]), dtype=np.uint8)
+    for kernel in np.unique(kernels):
+        chosen = np.flatnonzero(kernels == kernel)
+        element = cv2.getStructuringElement(cv2.MORPH_RECT, (int(kernel), 1))
+        ridge[chosen] = cv2.morphologyEx(grey[rows[chosen]], operation, element)
+    return ridge
+
+
+def _ridge_peaks(ridge: np.ndarray, predicted: np.ndarray, half_window: np.ndarray, gap: np.ndarray
+                 ) -> np.ndarray:
+    """Sub-pixel column of the strongest ridge within the search window of each row.
+
+    A peak counts when it clearly exceeds the typical ridge level (ballast grain) of a wider
+    context window, wide enough that the rail itself does not set that level.
+    """
+    width, index = ridge.shape[1], np.arange(ridge.shape[0])
+    half = np.maximum(1.5, half_window)
+    context = np.maximum(4.0, _CONTEXT_PER_GAP * gap)
+    reach = int(math.ceil(context.max())) + 1
+    cols = np.round(predicted).astype(np.int64)[:, None] + np.arange(-reach, reach + 1)[None, :]
+    distance = np.abs(cols - predicted[:, None])
+    in_image = (cols >= 0) & (cols < width)
+    values = ridge[index[:, None], np.clip(cols, 0, width - 1)].astype(np.float32)
+    with warnings.catch_warnings():  # rows whose context left the image are all NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        around = np.where(in_image & (distance <= context[:, None]), values, np.nan)
+        level = np.nanmedian(around, axis=1)
+        spread = np.nanmedian(np.abs(around - level[:, None]), axis=1)
+    searched = np.where(in_image & (distance <= half[:, None]), values, -1.0)
+    best = np.argmax(searched, axis=1)
+    peak = searched[index, best]
+    # Parabolic sub-pixel refinement of the peak position.
+    before = searched[index, np.maximum(best - 1, 0)]
+    after = searched[index, np.minimum(best + 1, cols.shape[1] - 1)]
+    curvature = before - 2 * peak + after
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shift = np.where(curvature < 0, 0.5 * (before - after) / curvature, 0.0)
+    column = cols[index, best] + np.clip(shift, -0.5, 0.5)
+    found = (peak >= 4.0) & (peak - level >= np.maximum(3.0, 4.0 * spread))
+    return np.where(found, column, np.nan)
+
+
+def _fit_pair(samples: _RailSamples, previous: _PairModel, horizon_limits: tuple[float, float],
+              trust_previous: bool = True, iterations: int = 4) -> _PairModel | None:
+    """Robust (Tukey-weighted) least squares of the pair model on the measured rail columns,
+    starting from the weights ``previous`` gives the samples (when trusted).
+
+    The model is linear given the horizon row; the horizon comes from where the fitted gap
+    vanishes, so a few alternations settle both.
+    """
+    rows = np.concatenate([samples.rows, samples.rows])
+    x = np.concatenate([samples.left, samples.right])
+    side = np.concatenate([-np.ones_like(samples.rows), np.ones_like(samples.rows)])
+    found = np.isfinite(x)
+    if found.sum() < 8 or not np.isfinite(samples.left).any() or not np.isfinite(samples.right).any():
+        return None
+    rows, x, side = rows[found], x[found], side[found]
+    model = previous
+    weights = (_tukey(x - np.where(side < 0, *previous.predict(rows)), previous.residual_scale(rows))
+               if trust_previous else np.ones_like(x))
+    for _ in range(iterations):
+        t = rows - model.horizon_v
+        if (t <= 0).any():
+            return None
+        # A short band of rows cannot tell the curve term from the others: keep it straight.
+        curve = 1 / t if t.max() >= 1.5 * t.min() else np.zeros_like(t)
+        # Columns: a, b, c, d after rewriting d t = d (v - v_h) as gap0 + gap1 v to keep it linear.
+        design = np.stack([np.ones_like(t), t, curve, 0.5 * side, 0.5 * side * rows], axis=1)
+        sqrt_w = np.sqrt(weights)[:, None]
+        coef, *_ = np.linalg.lstsq(design * sqrt_w, x * sqrt_w[:, 0], rcond=None)
+        a, b, c, gap0, gap1 = coef
+        if gap1 <= 0:
+            return None
+        horizon = -gap0 / gap1
+        # Re-express the t terms about the new horizon (exact for a and b; c keeps its value).
+        shift = model.horizon_v - horizon
+        model = _PairModel(horizon_v=horizon, a=a - b * shift, b=b, c=c, d=gap1 / 2)
+        weights = _tukey(x - design @ coef, model.residual_scale(rows))
+        if weights.sum() < 8:
+            return None
+    if not (GAP_SLOPE_RANGE[0] <= 2 * model.d <= GAP_SLOPE_RANGE[1]
+            and horizon_limits[0] <= model.horizon_v <= horizon_limits[1]):
+        return None
+    return model
+
+
+def _tukey(residual: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    return np.clip(1 - (residual / scale) ** 2, 0.0, None) ** 2
+
+
+# -- output --------------------------------------------------------------------------------------
+def _detection(model: _PairModel, top_row: int, width: int, height: int, confidence: float) -> TrackDetection:
+    left = RailFit(model.horizon_v, model.a, model.b - model.d, model.c)
+    right = RailFit(model.horizon_v, model.a, model.b + model.d, model.c)
+    bottom = height - 1.0
+    # Tangents at the bottom row meet on the horizon (parallel rails), above the centreline's.
+    t_bottom = bottom - model.horizon_v
+    centre_slope = model.b - model.c / t_bottom**2
+    centre_bottom = model.a + model.b * t_bottom + model.c / t_bottom
+    vanishing_point = (float(centre_bottom - centre_slope * t_bottom), float(model.horizon_v))
+    return TrackDetection(mask=_track_area(left, right, top_row, width, height), left_fit=left, right_fit=right,
+                          vanishing_point=vanishing_point, confidence=confidence, top_row=top_row)
+
+
+def _track_area(left: RailFit, right: RailFit, top_row: int, width: int, height: int) -> np.ndarray:
+    """Pixels between the rails' outer head edges, from ``top_row`` to the bottom."""
+    rows = np.arange(top_row, height, dtype=np.float64)
+    left_x, right_x = left.x(rows), right.x(rows)
+    half_head = 0.5 * HEAD_TO_CENTRES * (right_x - left_x)
+    cols = np.arange(width, dtype=np.float64)[None, :]
+    mask = np.zeros((height, width), dtype=bool)
+    mask[top_row:] = (cols >= (left_x - half_head)[:, None]) & (cols <= (right_x + half_head)[:, None])
+    return mask

@@ -1,0 +1,40 @@
+"""Test media written on the fly: cab videos made of procedural scenes."""
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from synrail.sources.procedural_backgrounds import render_background, sample_background_spec
+
+W, H = 640, 360
+
+
+def cab_frames(seed: int, n: int) -> list[np.ndarray]:
+    """Frames of different procedural scenes, as a camera-equipped train would film them."""
+    frames = []
+    for k in range(n):
+        spec = sample_background_spec(np.random.default_rng([seed, k]), width=W, height=H,
+                                      track_types=["ballasted", "ballastless"], conditions={"normal": 1.0},
+                                      camera_height_m=(2.4, 2.7), pitch_deg=(2.5, 3.5), hfov_deg=(60, 60),
+                                      max_curvature=0.0015, max_offset_m=0.05)
+        frames.append(render_background(spec))
+    return frames
+
+
+def write_video(path: Path, frames: list[np.ndarray], fps: float = 2.0) -> Path:
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, (W, H))
+    for frame in frames:
+        writer.write(frame)
+    writer.release()
+    return path
+
+
+def write_video_folder(folder: Path) -> Path:
+    """Three 4-frame cab videos, one that is not a video, and a sidecar metadata table."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for k in range(3):
+        write_video(folder / f"line{k}.avi", cab_frames(k, 4))
+    (folder / "broken.mp4").write_bytes(b"\x00not a video at all" * 50)
+    (folder / "meta.csv").write_text("video,weather,track_type\nline0.avi,rain,ballasted\n")
+    return folder
