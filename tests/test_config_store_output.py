@@ -122,3 +122,15 @@ def test_the_same_code_builds_into_a_non_local_store():
     assert len(store.list("images/train")) == summary.images_per_split["train"]
     with pytest.raises(StoreError, match="not on a local disk"):
         store.local_path()
+
+
+def test_the_real_sources_example_config_is_valid():
+    cfg = load_config(ROOT / "configs/real-sources.example.yaml")
+    assert cfg.backgrounds.source == "video" and cfg.backgrounds.video.sampling.fps == 1.0
+    assert [s.type for s in cfg.gallery.sources] == ["coco", "pennfudan", "rocks", "diffusion", "procedural"]
+    assert cfg.segment.backend == "sam"
+
+
+def test_video_source_without_its_section_is_refused():
+    with pytest.raises(ConfigError, match="backgrounds.video.url"):
+        load_config(ROOT / "configs/tiny.yaml", {"backgrounds.source": "video"})
