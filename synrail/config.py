@@ -137,11 +137,13 @@ class PennFudanSource(Section):
 
 
 class RockFolderSource(Section):
-    """Rock photos in class subfolders, no annotations: the whole photo is the prompt."""
+    """Rock photos in class subfolders, no annotations: a detector's box, or the whole photo, is the prompt."""
 
     type: Literal["rocks"]
     root: str
     class_name: str = "rock"
+    detector_weights: str | None = Field(default=None, description="Ultralytics weights that box the rock")
+    detector_classes: tuple[str, ...] = ("rock", "stone", "boulder")
     max_items: int | None = Field(default=None, ge=1)
 
 

@@ -20,6 +20,7 @@ from synrail.segment.cache import MaskCache
 from synrail.segment.sam import load_segmenter
 from synrail.sources.cutouts import ExtractedCutout, extract_cutouts
 from synrail.sources.diffusion import DiffusionCache, expand_prompts, load_generator, subject_prompt
+from synrail.sources.frame_filters import UltralyticsDetector
 from synrail.sources.gallery_sources import (ObstacleCandidate, Skipped, read_coco_instances, read_pennfudan,
                                              read_rgba_folder, read_rock_folders)
 from synrail.sources.procedural_obstacles import SIZE_PRIORS_M
@@ -61,7 +62,9 @@ def dataset_candidates(source: RealSource) -> tuple[list[ObstacleCandidate], lis
         found, skipped = read_pennfudan(source.root)
         return _first(found, source.max_items), skipped
     if isinstance(source, RockFolderSource):
-        found, skipped = read_rock_folders(source.root, class_name=source.class_name)
+        detector = (UltralyticsDetector(source.detector_weights, classes_to_reject=source.detector_classes)
+                    if source.detector_weights else None)
+        found, skipped = read_rock_folders(source.root, class_name=source.class_name, detector=detector)
         return _first(found, source.max_items), skipped
     if isinstance(source, RgbaFolderSource):
         return read_rgba_folder(source.root, source.class_name, source.height_m)
@@ -92,7 +95,7 @@ def gallery_record(cfg: BuildConfig, cutout: ExtractedCutout) -> GalleryRecord:
     return GalleryRecord(
         cutout_id=cutout.cutout_id, class_name=cutout.class_name, source=cutout.source, path=cutout.path,
         sha256=cutout.sha256, height_m=float(rng.uniform(*cutout.height_m_range)), width_px=cutout.width_px,
-        height_px=cutout.height_px, mask_px=cutout.mask_px)
+        height_px=cutout.height_px, mask_px=cutout.mask_px, mask_score=cutout.mask_score)
 
 
 def prepare_gallery_source(cfg: BuildConfig, source_index: int, cache: Store) -> GallerySourceResult:

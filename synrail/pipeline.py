@@ -71,6 +71,7 @@ class GalleryRecord(Record):
     width_px: int
     height_px: int
     mask_px: int
+    mask_score: float = 1.0  # the segmenter's quality estimate; 1.0 for drawn or shipped masks
 
 
 class ChunkRecord(Record):
