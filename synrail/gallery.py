@@ -11,11 +11,10 @@ import json
 
 import cv2
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from synrail.config import (BuildConfig, CocoSource, DiffusionSource, PennFudanSource, RgbaFolderSource,
                             RockFolderSource)
-from synrail.pipeline import STREAM_GALLERY, GalleryRecord, rng_for
+from synrail.pipeline import STREAM_GALLERY, GalleryRecord, Record, rng_for
 from synrail.segment.cache import MaskCache
 from synrail.segment.sam import load_segmenter
 from synrail.sources.cutouts import ExtractedCutout, extract_cutouts
@@ -30,17 +29,13 @@ STREAM_DIFFUSION_PROMPTS = 5
 RealSource = CocoSource | PennFudanSource | RockFolderSource | RgbaFolderSource | DiffusionSource
 
 
-class SkipRow(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class SkipRow(Record):
     source: str
     instance_key: str
     reason: str
 
 
-class GallerySourceResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class GallerySourceResult(Record):
     records: list[GalleryRecord]
     skipped: list[SkipRow]
 

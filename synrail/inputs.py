@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
 
 from synrail.config import BuildConfig
 from synrail.gallery import GallerySourceResult, SkipRow
-from synrail.pipeline import BackgroundRecord, GalleryRecord
+from synrail.pipeline import BackgroundRecord, GalleryRecord, Record
 from synrail.sources.video_backgrounds import QuarantineRecord
 from synrail.video_stage import UnusedFrame, VideoBackgrounds
 
@@ -18,9 +17,7 @@ class InputError(ValueError):
     """The inputs cannot make this dataset (a split without backgrounds, a class without cutouts)."""
 
 
-class InputReport(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class InputReport(Record):
     quarantine: list[QuarantineRecord] = []
     unused_frames: list[UnusedFrame] = []
     skipped_obstacles: list[SkipRow] = []

@@ -11,11 +11,10 @@ import functools
 
 import cv2
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from synrail.config import BuildConfig
 from synrail.export.coco import encode_rle
-from synrail.pipeline import (SPLITS, STREAM_SPLIT, BackgroundRecord, decode_image, encode_image, rng_for,
+from synrail.pipeline import (SPLITS, STREAM_SPLIT, BackgroundRecord, Record, decode_image, encode_image, rng_for,
                               split_counts)
 from synrail.rail.detect import detect_track
 from synrail.rail.estimate import SegmentationModelTrack, estimate_geometry, refine_with_segmenter
@@ -31,17 +30,13 @@ _CONDITION_WORDS = (  # sidecar words -> condition tag, first match wins
 )
 
 
-class UnusedFrame(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class UnusedFrame(Record):
     video: str
     frame_index: int
     reason: str
 
 
-class VideoBackgrounds(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class VideoBackgrounds(Record):
     video: str
     records: list[BackgroundRecord]
     unused: list[UnusedFrame]

@@ -65,3 +65,16 @@ def postprocess_mask(mask: np.ndarray, min_area_px: int = 64) -> np.ndarray | No
     cv2.floodFill(flood, None, (0, 0), 1)
     holes = flood[1:-1, 1:-1] == 0
     return component.astype(bool) | holes
+
+
+def as_bgr8(image: np.ndarray) -> np.ndarray:
+    """cv2.grabCut wants 8-bit, 3-channel images; grey and BGRA inputs are converted."""
+    if image.dtype != np.uint8:
+        raise ValueError(f"expected a uint8 image, got {image.dtype}")
+    if image.ndim == 2:
+        return cv2.cvtColor(image, cv2.COLOR_GRAY2BGR)
+    if image.ndim == 3 and image.shape[2] == 4:
+        return cv2.cvtColor(image, cv2.COLOR_BGRA2BGR)
+    if image.ndim == 3 and image.shape[2] == 3:
+        return np.ascontiguousarray(image)
+    raise ValueError(f"expected an H x W (x 3|4) image, got shape {image.shape}")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from synrail.segment.base import MaskResult, Prompt, postprocess_mask
+from synrail.segment.base import MaskResult, Prompt, as_bgr8, postprocess_mask
 
 GMM_COMPONENTS = 5  # cv2.grabCut fits 5-component colour GMMs; its k-means needs that many samples per side
 SEED_RADIUS_PX = 2  # points become small disks: one pixel alone barely moves the colour models
@@ -66,18 +66,6 @@ class GrabCutSegmenter:
             return empty
         return MaskResult(mask, grabcut_score(mask, box, has_box=prompt.box is not None))
 
-
-def as_bgr8(image: np.ndarray) -> np.ndarray:
-    """cv2.grabCut wants 8-bit, 3-channel images; grey and BGRA inputs are converted."""
-    if image.dtype != np.uint8:
-        raise ValueError(f"expected a uint8 image, got {image.dtype}")
-    if image.ndim == 2:
-        return cv2.cvtColor(image, cv2.COLOR_GRAY2BGR)
-    if image.ndim == 3 and image.shape[2] == 4:
-        return cv2.cvtColor(image, cv2.COLOR_BGRA2BGR)
-    if image.ndim == 3 and image.shape[2] == 3:
-        return np.ascontiguousarray(image)
-    raise ValueError(f"expected an H x W (x 3|4) image, got shape {image.shape}")
 
 
 def prompt_pixel_box(prompt: Prompt, shape: tuple[int, int]) -> PixelBox | None:

@@ -15,7 +15,7 @@ import torch
 from segment_anything import SamPredictor, sam_model_registry
 from segment_anything.modeling import Sam
 
-from synrail.segment.base import MaskResult, Prompt, Segmenter, postprocess_mask
+from synrail.segment.base import MaskResult, Prompt, Segmenter, as_bgr8, postprocess_mask
 from synrail.segment.grabcut import GrabCutSegmenter
 
 SamModelType = Literal["vit_b", "vit_l", "vit_h"]
@@ -103,15 +103,7 @@ class SamSegmenter:
 
 
 def bgr_to_rgb(image: np.ndarray) -> np.ndarray:
-    if image.dtype != np.uint8:
-        raise ValueError(f"expected a uint8 image, got {image.dtype}")
-    if image.ndim == 2:
-        return cv2.cvtColor(image, cv2.COLOR_GRAY2RGB)
-    if image.ndim == 3 and image.shape[2] == 4:
-        return cv2.cvtColor(image, cv2.COLOR_BGRA2RGB)
-    if image.ndim == 3 and image.shape[2] == 3:
-        return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
-    raise ValueError(f"expected an H x W (x 3|4) image, got shape {image.shape}")
+    return cv2.cvtColor(as_bgr8(image), cv2.COLOR_BGR2RGB)
 
 
 def homogeneous_batches(prompts: Sequence[Prompt], batch_size: int) -> list[list[int]]:
