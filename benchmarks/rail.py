@@ -75,7 +75,8 @@ def evaluate(spec: BackgroundSpec, curve: str) -> Outcome:
     estimate = None if result.detection is None else estimate_geometry(
         result.detection, truth.width, truth.height, hfov_deg=hfov)
     ms = 1000 * (time.perf_counter() - start)
-    outcome = Outcome(spec.track_type, spec.condition, curve, detected=estimate is not None, reason=result.reason, ms=ms)
+    outcome = Outcome(spec.track_type, spec.condition, curve, detected=estimate is not None,
+                      reason=result.reason, ms=ms)
     if estimate is None:
         return outcome
     detection = result.detection

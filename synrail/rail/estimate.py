@@ -31,12 +31,11 @@ def estimate_geometry(detection: TrackDetection, width: int, height: int, *, hfo
     geometry's track area claims no more than was seen.
     """
     focal = (width / 2) / math.tan(math.radians(hfov_deg) / 2)
-    cy = (height - 1) / 2
     # CameraGeometry has no upward pitch; a camera looking slightly up is taken as level.
-    pitch = max(0.0, math.atan2(cy - detection.horizon_v, focal))
-    camera = CameraGeometry(width=width, height=height, focal_px=focal, cx=(width - 1) / 2, cy=cy,
-                            height_m=_camera_height(detection, height, pitch, gauge_m + rail_head_m),
-                            pitch_rad=pitch, gauge_m=gauge_m, rail_head_m=rail_head_m)
+    pitch = max(0.0, math.atan2((height - 1) / 2 - detection.horizon_v, focal))
+    camera = CameraGeometry.from_fov(width, height, hfov_deg, pitch_deg=math.degrees(pitch),
+                                     height_m=_camera_height(detection, height, pitch, gauge_m + rail_head_m),
+                                     gauge_m=gauge_m, rail_head_m=rail_head_m)
     rows = np.arange(detection.top_row, height, dtype=np.float64)
     x, z = camera.ground_point(detection.centre_x(rows), rows)
     offset, curvature = _fit_track_on_ground(x, z)
@@ -71,9 +70,9 @@ def refine_with_segmenter(image_bgr: np.ndarray, coarse_mask: np.ndarray, segmen
     """The segmenter's mask for the track, prompted from the coarse mask; the coarse mask when
     the segmenter fails or disagrees wildly (IoU < 0.3).
 
-    Positive points spread along the mask's height (one per band of rows; the highest-logit
-    pixel of a random sample when ``logits`` are given, as the paper does), negative points just
-    outside its sides, and its bounding box.
+    Positive points spread along the mask's height (one per band of rows, at random in its core,
+    or its most confident pixel when the coarse model's ``logits`` are given, as the paper
+    samples from the logits), negative points just outside its sides, and its bounding box.
     """
     coarse = coarse_mask.astype(bool)
     if not coarse.any():
@@ -114,11 +113,12 @@ def _inside_points(mask: np.ndarray, rows: np.ndarray, count: int, rng: np.rando
         vs, us = np.nonzero(core[band[0]:band[-1] + 1])
         if vs.size == 0:
             continue
-        pick = rng.integers(vs.size, size=min(vs.size, 16))
-        if logits is not None:
-            pick = pick[[int(np.argmax(logits[band[0] + vs[pick], us[pick]]))]]
-        i = int(pick[0])
-        points.append((float(us[i]), float(band[0] + vs[i])))
+        vs = vs + band[0]
+        if logits is None:
+            i = int(rng.integers(vs.size))
+        else:  # the most confident pixel; the jitter picks at random among equals
+            i = int(np.argmax(logits[vs, us] + rng.uniform(0, 1e-3, vs.size)))
+        points.append((float(us[i]), float(vs[i])))
     return points
 
 
@@ -148,6 +148,8 @@ class SegmentationModelTrack:
     """A user-supplied TorchScript rail-area model: 1x3xHxW RGB in [0, 1] -> 1x1xHxW logits."""
 
     def __init__(self, torchscript_path: str | Path, device: str = "cpu", threshold: float = 0.5) -> None:
+        if not 0 < threshold < 1:
+            raise ValueError(f"threshold is a probability in (0, 1), got {threshold}")
         import torch  # optional dependency: only this class needs it
 
         self._torch = torch
