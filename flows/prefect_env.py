@@ -9,6 +9,9 @@ Why each setting (measured with Prefect 3.9.1; see the README's "Prefect notes")
   the database only through events that the TaskRunRecorder writes, by default one event per
   transaction; it falls behind a few hundred tasks, and at exit the server is stopped while it is
   still flushing ("Error flushing N events", task runs missing from the UI). Batches keep it up.
+- ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=120``: the first start on a new Prefect home
+  runs the SQLite migrations; on a busy two-core machine that overran the 20 s default ("Timed out
+  while attempting to connect to ephemeral Prefect API server").
 - ``PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL=WARNING``: a quiet console under our own progress bar,
   while every log line still goes to the API (``PREFECT_LOGGING_LEVEL`` would cut those too).
 All are defaults only: a value the user has set wins.
@@ -25,6 +28,7 @@ OFFLINE_DEFAULTS = {
     "DO_NOT_TRACK": "1",
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "100",
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL": "1",  # whole seconds: Prefect applies int()
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
 }
 FINAL_STATE_TYPES = ["COMPLETED", "FAILED", "CANCELLED", "CRASHED"]
 
