@@ -11,6 +11,9 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
+from synrail.compose.quality import QualityConfig
+from synrail.compose.shadows import ShadowConfig
+from synrail.compose.weather_config import WeatherConfig
 from synrail.sources.diffusion import DiffusionConfig, DiffusionPromptConfig
 from synrail.sources.procedural_obstacles import OBSTACLE_KINDS
 from synrail.sources.video_backgrounds import VideoSourceConfig
@@ -209,6 +212,9 @@ class ComposeConfig(Section):
     feather_px: float = Field(default=1.5, ge=0, le=10)
     harmonize: Literal["lab", "none"] = "lab"
     harmonize_strength: float = Field(default=0.6, ge=0, le=1)
+    shadows: bool = Field(default=True, description="soft contact shadows under pasted obstacles")
+    shadow: ShadowConfig = ShadowConfig()
+    match_camera: bool = Field(default=True, description="match blur and noise to real frames")
     max_attempts: int = Field(default=20, ge=1, description="placement tries per obstacle")
 
     @field_validator("obstacles_per_image")
@@ -245,6 +251,8 @@ class BuildConfig(Section):
     gallery: GalleryConfig = GalleryConfig()
     segment: SegmentConfig = SegmentConfig()
     compose: ComposeConfig = ComposeConfig()
+    weather: WeatherConfig = WeatherConfig(mix={"none": 1.0})  # off unless a mix is configured
+    quality: QualityConfig | None = None  # composite quality control: off unless configured
     execution: ExecutionConfig = ExecutionConfig()
 
     @field_validator("classes")

@@ -12,7 +12,7 @@ import functools
 import io
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import cv2
 import numpy as np
@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from synrail.compose.composite import Composite, GalleryCutout, SceneBackground, compose_image
 from synrail.compose.placement import track_rows
+from synrail.compose.quality import QualityScore, composite_quality, resample_seed
 from synrail.config import BuildConfig, ProceduralSource
 from synrail.export.coco import decode_rle, encode_rle, rle_box_and_area
 from synrail.export.yolo import yolo_line
@@ -34,7 +35,7 @@ from synrail.store import Store, StoreError, sha256_bytes
 
 SPLITS = ("train", "val", "test")
 # Random streams: one per stage, so adding draws to one stage never shifts another.
-STREAM_BACKGROUND, STREAM_GALLERY, STREAM_IMAGE, STREAM_SPLIT = 1, 2, 3, 4
+STREAM_BACKGROUND, STREAM_GALLERY, STREAM_IMAGE, STREAM_SPLIT, STREAM_WEATHER = 1, 2, 3, 4, 6
 
 
 class Record(BaseModel):
@@ -59,6 +60,7 @@ class BackgroundRecord(Record):
     sensor_noise: float
     rail_area: dict[str, Any]  # compressed RLE of the track area
     rail_area_px: int
+    light_deg: tuple[float, float] | None = None  # sun azimuth, elevation when known (rendered scenes)
 
 
 class GalleryRecord(Record):
@@ -190,7 +192,8 @@ def prepare_background(cfg: BuildConfig, index: int, cache: Store) -> Background
         height=cfg.image.height, track_type=spec.track_type, condition=spec.condition, geometry=spec.geometry,
         fog_beta=spec.fog_beta, airlight_bgr=tuple(float(c) for c in spec.fog_colour_bgr),
         illumination_bgr=tuple(float(c) for c in spec.illumination_bgr), sensor_noise=float(spec.sensor_noise),
-        rail_area=encode_rle(mask), rail_area_px=int(mask.sum()))
+        rail_area=encode_rle(mask), rail_area_px=int(mask.sum()),
+        light_deg=(float(spec.sun_azimuth_deg), float(spec.sun_elevation_deg)))
 
 
 # -- stage 2: obstacle gallery -------------------------------------------------------------------
@@ -232,6 +235,10 @@ def prepare_gallery(cfg: BuildConfig, cache: Store) -> list[GalleryRecord]:
 
 
 # -- stage 3: composition ------------------------------------------------------------------------
+# How hard shadows are under each light: direct sun casts them, diffuse light barely does.
+SHADOW_SCALE = {"normal": 1.0, "overcast": 0.35, "fog": 0.25, "dusk": 0.3, "dark": 0.15, "rain": 0.3,
+                "snow": 0.4}
+
 @functools.lru_cache(maxsize=64)
 def _load_scene_background(cache_url: str, record_json: str) -> SceneBackground:
     record = BackgroundRecord.model_validate_json(record_json)
@@ -240,7 +247,9 @@ def _load_scene_background(cache_url: str, record_json: str) -> SceneBackground:
     mask = decode_rle(record.rail_area)
     return SceneBackground(image=image, track_mask=mask, track_rows=track_rows(mask), geometry=record.geometry,
                            fog_beta=record.fog_beta, airlight_bgr=record.airlight_bgr,
-                           illumination_bgr=record.illumination_bgr, sensor_noise=record.sensor_noise)
+                           illumination_bgr=record.illumination_bgr, sensor_noise=record.sensor_noise,
+                           light_deg=record.light_deg, shadow_scale=SHADOW_SCALE.get(record.condition, 0.6),
+                           real_frame=record.source.startswith("video:"))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -259,14 +268,69 @@ def gallery_by_class(cache: Store, gallery: Sequence[GalleryRecord]) -> dict[str
     return grouped
 
 
-def compose_one(cfg: BuildConfig, index: int, split: str, backgrounds: Sequence[BackgroundRecord],
-                gallery: Mapping[str, Sequence[GalleryCutout]], cache: Store) -> tuple[BackgroundRecord, Composite]:
-    """Composite ``index``: its background is drawn from its split's own backgrounds."""
-    rng = rng_for(cfg.seed, STREAM_IMAGE, index)
-    pool = [b for b in backgrounds if b.split == split]
+class ComposedImage(NamedTuple):
+    background: BackgroundRecord
+    composite: Composite
+    condition: str  # the background's condition, or the weather laid over it
+    quality: QualityScore | None
+    attempts: int
+
+
+def _attempt(cfg: BuildConfig, index: int, attempt: int, pool: Sequence[BackgroundRecord],
+             gallery: Mapping[str, Sequence[GalleryCutout]], cache: Store) -> tuple[BackgroundRecord, Composite]:
+    rng = np.random.default_rng(resample_seed(cfg.seed, index, attempt, STREAM_IMAGE))
     record = pool[int(rng.integers(len(pool)))]
     scene = _load_scene_background(cache.root_url, record.model_dump_json())
     return record, compose_image(scene, gallery, cfg.classes, cfg.compose, rng)
+
+
+def _score(cfg: BuildConfig, record: BackgroundRecord, composite: Composite, cache: Store) -> QualityScore:
+    scene = _load_scene_background(cache.root_url, record.model_dump_json())
+    inst = composite.instances
+    expected = [scene.geometry.object_pixel_height(*i.ground_uv, i.height_m) for i in inst]
+    # the paper's linear rule ignores the camera by design: do not score its scale against it
+    quality = cfg.quality.model_copy(update={"scale_weight": 0.0}) if cfg.compose.scale == "linear" else cfg.quality
+    return composite_quality(composite.image, [i.visible_mask for i in inst], scene.image,
+                             [i.visibility for i in inst], [i.pixel_height for i in inst], expected, quality)
+
+
+def compose_one(cfg: BuildConfig, index: int, split: str, backgrounds: Sequence[BackgroundRecord],
+                gallery: Mapping[str, Sequence[GalleryCutout]], cache: Store) -> ComposedImage:
+    """Composite ``index``: its background is drawn from its split's own backgrounds. With quality
+    control, attempts under the threshold are redrawn (attempt k has its own seed) and the best kept;
+    weather, if configured, is laid over the whole image last."""
+    pool = [b for b in backgrounds if b.split == split]
+    attempts = 1 + (cfg.quality.max_resamples if cfg.quality else 0)
+    best: tuple[BackgroundRecord, Composite, QualityScore | None] | None = None
+    used = 0
+    for attempt in range(attempts):
+        used += 1
+        record, composite = _attempt(cfg, index, attempt, pool, gallery, cache)
+        score = _score(cfg, record, composite, cache) if cfg.quality and composite.instances else None
+        if best is None or (score is not None and best[2] is not None and score.total > best[2].total):
+            best = (record, composite, score)
+        if score is None or score.total >= cfg.quality.threshold:
+            break
+    record, composite, score = best
+    condition = record.condition
+    if cfg.weather.mix.get("none", 0) < sum(cfg.weather.mix.values()):
+        composite, condition = _with_weather(cfg, index, record, composite, cache)
+    return ComposedImage(record, composite, condition, score, used)
+
+
+def _with_weather(cfg: BuildConfig, index: int, record: BackgroundRecord, composite: Composite,
+                  cache: Store) -> tuple[Composite, str]:
+    from synrail.compose import weather  # imports albumentations (and torch): only when weather is on
+
+    rng = rng_for(cfg.seed, STREAM_WEATHER, index)
+    condition = weather.choose_condition(cfg.weather, rng, record.condition)
+    effect = weather.weather_effect(condition, record.condition)
+    if effect == "none":
+        return composite, condition
+    scene = _load_scene_background(cache.root_url, record.model_dump_json())
+    depth = weather.scene_depth(scene.geometry, [(i.visible_mask, i.distance_m) for i in composite.instances])
+    image = weather.apply_weather(composite.image, effect, cfg.weather, rng, depth_m=depth)
+    return Composite(image=image, instances=composite.instances), condition
 
 
 def _annotation_rows(index: int, composite: Composite, cfg: BuildConfig) -> list[dict[str, Any]]:
@@ -295,7 +359,8 @@ def compose_chunk(cfg: BuildConfig, first: int, stop: int, backgrounds: Sequence
     image_rows, annotation_rows = [], []
     for index in range(first, stop):
         split = splits[index]
-        background, composite = compose_one(cfg, index, split, backgrounds, cutouts, cache)
+        background, composite, condition, quality, attempts = compose_one(cfg, index, split, backgrounds, cutouts,
+                                                                          cache)
         name = image_id(index)
         sha = out.write_bytes(f"images/{split}/{name}.jpg", encode_image(composite.image, ".jpg", jpeg_params))
         rows = _annotation_rows(index, composite, cfg)
@@ -305,8 +370,9 @@ def compose_chunk(cfg: BuildConfig, first: int, stop: int, backgrounds: Sequence
         image_rows.append({
             "image_id": name, "image_index": index, "split": split, "file_name": f"images/{split}/{name}.jpg",
             "width": cfg.image.width, "height": cfg.image.height, "background_id": background.background_id,
-            "condition": background.condition, "track_type": background.track_type,
-            "num_annotations": len(rows), "sha256": sha,
+            "condition": condition, "background_condition": background.condition,
+            "track_type": background.track_type, "num_annotations": len(rows), "sha256": sha,
+            "quality": quality.total if quality else None, "attempts": attempts,
         })
         annotation_rows.extend(rows)
     images_blob, annotations_blob = table_bytes(image_rows), table_bytes(annotation_rows, ANNOTATION_SCHEMA)

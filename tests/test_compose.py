@@ -97,7 +97,7 @@ def test_feathered_alpha_stays_inside_the_mask():
 
 def test_labels_are_exactly_the_visible_pixels_and_harmonize_none_pastes_the_cutout():
     bg = scene()
-    cfg = ComposeConfig(harmonize="none", feather_px=0.0, obstacles_per_image=(3, 3))
+    cfg = ComposeConfig(harmonize="none", feather_px=0.0, obstacles_per_image=(3, 3), shadows=False)
     gallery = {"person": [box_cutout(colour=(20, 200, 240))]}
     composite = compose_image(bg, gallery, ["person"], cfg, np.random.default_rng(5))
     assert composite.instances
@@ -161,3 +161,20 @@ def test_scene_light_and_sensor_noise_reach_the_obstacle():
                            np.random.default_rng(0))
     values = grainy.image[grainy.instances[0].visible_mask.full()].astype(float)
     assert 3.0 < values[:, 0].std() < 5.0
+
+
+def test_shadows_only_darken_unlabelled_ground_and_leave_placement_alone():
+    bg = scene()
+    gallery = {"person": [box_cutout(colour=(20, 200, 240))]}
+    cfg = ComposeConfig(harmonize="none", feather_px=0.0, obstacles_per_image=(2, 2), distance_m=(10, 20))
+    lit = compose_image(bg, gallery, ["person"], cfg, np.random.default_rng(3))
+    flat = compose_image(bg, gallery, ["person"], cfg.model_copy(update={"shadows": False}), np.random.default_rng(3))
+    assert [i.ground_uv for i in lit.instances] == [i.ground_uv for i in flat.instances]
+    labelled = np.zeros((H, W), bool)
+    for inst in lit.instances:
+        labelled |= inst.visible_mask.full()
+    outside = (lit.image != flat.image).any(axis=2) & ~labelled
+    assert outside.sum() > 50  # shadows are there
+    assert (lit.image[outside].astype(int) <= flat.image[outside].astype(int)).all()  # and only darken
+    lowest_top = min(i.visible_mask.top for i in lit.instances)
+    assert not outside[:lowest_top].any()  # nothing above the obstacles changes

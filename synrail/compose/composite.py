@@ -14,6 +14,7 @@ import cv2
 import numpy as np
 
 from synrail.compose.harmonize import harmonize_lab, ring_pixels
+from synrail.compose.shadows import contact_shadow, light_from_image, match_blur, match_noise
 from synrail.compose.placement import (GroundPoint, linear_pixel_width, metric_pixel_height,
                                        sample_ground_point)
 from synrail.config import ComposeConfig
@@ -35,6 +36,9 @@ class SceneBackground:
     illumination_bgr: tuple[float, float, float] = (1.0, 1.0, 1.0)  # scene light on an albedo (known for
     # rendered scenes; 1 for photographs, where harmonization does the matching)
     sensor_noise: float = 0.0  # std of the background's sensor noise, 0-255 units
+    light_deg: tuple[float, float] | None = None  # sun (azimuth, elevation) when known; else estimated
+    shadow_scale: float = 1.0  # how hard shadows are under this light (diffuse light: weak shadows)
+    real_frame: bool = False  # a camera frame: match its blur and noise on the pasted obstacles
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,7 @@ class Instance:
     source: str
     distance_m: float
     height_m: float
+    pixel_height: int  # rows of the whole (unoccluded, untruncated) object as pasted
     ground_uv: tuple[int, int]
     visible_mask: WindowMask
     visibility: float  # visible / full object pixels, in (0, 1]
@@ -214,12 +219,15 @@ def _paste(canvas: np.ndarray, p: Placement, bg: SceneBackground, cfg: ComposeCo
     obj, mask = p.bgr[crop], window.mask
     if bg.illumination_bgr != (1.0, 1.0, 1.0):  # the scene's own light falls on the obstacle
         obj = np.clip(obj * np.asarray(bg.illumination_bgr, dtype=np.float32) + 0.5, 0, 255).astype(np.uint8)
+    ring = max(2, int(round(_RING_SHARE * p.mask.shape[0])))
+    ry0, ry1, rx0, rx1 = max(y0 - ring, 0), min(y1 + ring, height), max(x0 - ring, 0), min(x1 + ring, width)
     if cfg.harmonize == "lab":
-        ring = max(2, int(round(_RING_SHARE * p.mask.shape[0])))
-        ry0, ry1, rx0, rx1 = max(y0 - ring, 0), min(y1 + ring, height), max(x0 - ring, 0), min(x1 + ring, width)
         ring_mask = np.zeros((ry1 - ry0, rx1 - rx0), dtype=bool)
         ring_mask[y0 - ry0:y1 - ry0, x0 - rx0:x1 - rx0] = mask
         obj = harmonize_lab(obj, mask, ring_pixels(canvas[ry0:ry1, rx0:rx1], ring_mask, ring), cfg.harmonize_strength)
+    if cfg.match_camera and bg.real_frame:  # the camera's defocus and noise, measured beside the paste
+        surroundings = bg.image[ry0:ry1, rx0:rx1]
+        obj = match_noise(match_blur(obj, surroundings, mask), surroundings, rng, mask)
     colour = obj.astype(np.float32)
     if bg.fog_beta > 0:  # the same atmosphere the background was seen through, at this distance
         t = float(np.exp(-bg.fog_beta * p.point.distance_m))
@@ -244,11 +252,18 @@ def compose_image(bg: SceneBackground, gallery: Mapping[str, Sequence[GalleryCut
             placements.append(placement)
     kept, visible = drop_hidden(placements, cfg) if placements else ([], [])
     canvas = bg.image.copy()
+    effects = rng.spawn(1)[0]  # shadow draws never shift the placement and paste draws
+    light = bg.light_deg or light_from_image(bg.image, cfg.shadow, bg.geometry) if kept and cfg.shadows else None
     for p in kept:
+        if light is not None and bg.shadow_scale > 0:
+            strength = effects.uniform(*cfg.shadow.strength) * bg.shadow_scale
+            contact_shadow(canvas, p.in_image, p.point.v, light[0], light[1], strength, effects,
+                           flatten=bg.geometry.height_m / p.point.distance_m, inplace=True)
         _paste(canvas, p, bg, cfg, rng)
     instances = [
         Instance(class_name=p.cutout.class_name, cutout_id=p.cutout.cutout_id, source=p.cutout.source,
-                 distance_m=p.point.distance_m, height_m=p.height_m, ground_uv=(p.point.u, p.point.v),
+                 distance_m=p.point.distance_m, height_m=p.height_m, pixel_height=p.mask.shape[0],
+                 ground_uv=(p.point.u, p.point.v),
                  visible_mask=m, visibility=m.area / p.full_px,
                  truncated=p.in_image.area < p.full_px, occluded=m.area < p.in_image.area)
         for p, m in zip(kept, visible)

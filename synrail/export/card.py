@@ -53,6 +53,17 @@ def _origin_sentence(config: dict[str, Any]) -> str:
             f"obstacles: {', '.join(s['type'] for s in config['gallery']['sources'])}.")
 
 
+def _quality_section(images: Sequence[dict[str, Any]]) -> str:
+    scores = [i["quality"] for i in images if i.get("quality") is not None]
+    if not scores:
+        return "## Composite quality\n\nQuality control was off for this build."
+    bins = [(0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.01)]
+    rows = [[f"{low:.2f}-{min(high, 1.0):.2f}", sum(low <= q < high for q in scores)] for low, high in bins]
+    redrawn = sum(1 for i in images if i.get("attempts", 1) > 1)
+    return ("## Composite quality\n\n" + _table(["score", "images"], rows)
+            + f"\n\n{redrawn} image(s) were redrawn at least once; mean score {sum(scores) / len(scores):.3f}.")
+
+
 def _inputs_section(backgrounds: Sequence[dict[str, Any]], report: Any) -> str:
     sources = Counter(b["source"].split(":")[0].split("/")[0] for b in backgrounds)
     lines = ["## Inputs", "", "Backgrounds by source: " + ", ".join(f"{k} {v}" for k, v in sorted(sources.items()))]
@@ -90,6 +101,7 @@ def dataset_card(config: dict[str, Any], images: Sequence[dict[str, Any]], annot
         "## Images per condition and split\n\n" + _crosstab(per_condition, conditions, splits, "condition"),
         "## Obstacle distance (camera to ground-contact point)\n\n"
         + _table(["distance", "obstacles"], [[b, distances[b]] for b in buckets]),
+        _quality_section(images),
         _inputs_section(backgrounds, report),
         "## Configuration\n\n```yaml\n" + yaml.safe_dump(config, sort_keys=False) + "```",
         "## Software\n\n" + _table(["package", "version"], sorted(package_versions().items())),

@@ -1,0 +1,182 @@
+"""A plausibility score per composite, to resample the ones that look pasted.
+
+Four components in [0, 1], 1 = good:
+- boundary: the pasted outline should be no sharper than the background's own strong edges
+  nearby (mean gradient on a 1-px band around each visible mask against the 95th percentile of
+  the background's gradients around it; score ``1 / (1 + excess)``, excess = ratio - 1 above 1);
+- colour: the object's mean Lab colour against the background ring around it,
+  ``exp(-deltaE / colour_scale)`` (a partial match is expected: obstacles have colours of their own);
+- visibility: the mean visible share of the obstacles (occlusion and truncation);
+- scale: pixel height against the camera model's height at that ground point,
+  ``exp(-((|ln ratio| - rounding) / scale_tolerance) ** 2)``, one pixel of rounding allowed.
+Per-obstacle values are averaged. total = the weighted geometric mean of the components, so one
+very bad component sinks the composite whatever the others are. No obstacles: every score is 1.
+
+Resampling: attempt k of image i draws from ``default_rng(resample_seed(seed, i, k, stream))``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import cv2
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+_EDGE_FLOOR = 4.0  # levels per pixel: below this a background's "strongest edge" is just flatness
+_EDGE_PERCENTILE = 95
+_RING_PX = (4, 24)  # ring width bounds around an obstacle, pixels
+_RING_SHARE = 0.15  # ring width as a share of the obstacle's height
+
+
+class QualityConfig(BaseModel):
+    """When to resample a composite, and how the components are weighed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    threshold: float = Field(default=0.5, ge=0, le=1, description="a composite with total below this is redrawn")
+    max_resamples: int = Field(default=3, ge=0, description="redraws after the first attempt; then the best is kept")
+    boundary_weight: float = Field(default=1.0, ge=0)
+    colour_weight: float = Field(default=1.0, ge=0)
+    visibility_weight: float = Field(default=0.5, ge=0)
+    scale_weight: float = Field(default=1.0, ge=0)
+    colour_scale: float = Field(default=40.0, gt=0, description="deltaE (CIE76) at which colour falls to 1/e")
+    scale_tolerance: float = Field(default=0.25, gt=0, description="|ln(pixel / expected)| at which scale falls to 1/e")
+
+
+@dataclass(frozen=True)
+class QualityScore:
+    total: float
+    boundary: float
+    colour: float
+    visibility: float
+    scale: float
+
+
+class _Window(Protocol):
+    top: int
+    left: int
+    mask: np.ndarray
+
+
+def resample_seed(base_seed: int, image_index: int, attempt: int, stream: int) -> list[int]:
+    """Seed of attempt ``attempt`` of image ``image_index``: ``[seed, stream, i, k]``.
+
+    Attempt 0 is ``[seed, stream, i]``, the seed an image has without quality control, so turning
+    it on redraws only the images that fail.
+    """
+    if attempt < 0:
+        raise ValueError(f"attempt must be >= 0, got {attempt}")
+    return [base_seed, stream, image_index] + ([attempt] if attempt else [])
+
+
+# -- components -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Site:
+    """A padded window around one obstacle, with its mask in window coordinates."""
+
+    rows: slice
+    cols: slice
+    mask: np.ndarray
+    ring_px: int
+
+
+def _site(window: _Window, image_shape: tuple[int, int]) -> _Site:
+    h, w = window.mask.shape
+    ring = int(np.clip(round(_RING_SHARE * h), *_RING_PX))
+    y0, x0 = max(window.top - ring, 0), max(window.left - ring, 0)
+    y1, x1 = min(window.top + h + ring, image_shape[0]), min(window.left + w + ring, image_shape[1])
+    mask = np.zeros((y1 - y0, x1 - x0), dtype=bool)
+    mask[window.top - y0:window.top - y0 + h, window.left - x0:window.left - x0 + w] = window.mask
+    return _Site(slice(y0, y1), slice(x0, x1), mask, ring)
+
+
+def _grow(mask: np.ndarray, px: int) -> np.ndarray:
+    return cv2.dilate(mask.astype(np.uint8), np.ones((2 * px + 1, 2 * px + 1), np.uint8)).astype(bool)
+
+
+def _shrink(mask: np.ndarray, px: int) -> np.ndarray:
+    return cv2.erode(mask.astype(np.uint8), np.ones((2 * px + 1, 2 * px + 1), np.uint8),
+                     borderType=cv2.BORDER_CONSTANT, borderValue=0).astype(bool)
+
+
+def _gradient(image_bgr: np.ndarray) -> np.ndarray:
+    """Colour gradient magnitude (RMS over channels): a seam of equal brightness but another hue counts."""
+    colour = image_bgr.astype(np.float32)
+    gx = cv2.Sobel(colour, cv2.CV_32F, 1, 0, ksize=3, borderType=cv2.BORDER_REFLECT) / 4
+    gy = cv2.Sobel(colour, cv2.CV_32F, 0, 1, ksize=3, borderType=cv2.BORDER_REFLECT) / 4
+    return np.sqrt((gx * gx + gy * gy).mean(axis=2))  # levels per pixel for a step edge
+
+
+def boundary_score(image_bgr: np.ndarray, background_bgr: np.ndarray, site: _Site) -> float:
+    """1 when the outline is no sharper than the background's strong edges around it."""
+    seam = _grow(site.mask, 1) & ~_shrink(site.mask, 1)
+    if not seam.any():
+        return 1.0
+    seam_gradient = float(_gradient(image_bgr[site.rows, site.cols])[seam].mean())
+    reference = max(float(np.percentile(_gradient(background_bgr[site.rows, site.cols]), _EDGE_PERCENTILE)),
+                    _EDGE_FLOOR)
+    return 1.0 / (1.0 + max(0.0, seam_gradient / reference - 1.0))
+
+
+def _mean_lab(pixels_bgr: np.ndarray) -> np.ndarray:
+    lab = cv2.cvtColor(pixels_bgr.reshape(-1, 1, 3).astype(np.float32) / 255.0, cv2.COLOR_BGR2Lab)
+    return lab.reshape(-1, 3).mean(axis=0)
+
+
+def colour_score(image_bgr: np.ndarray, background_bgr: np.ndarray, site: _Site, colour_scale: float) -> float:
+    """exp(-deltaE / colour_scale) between the object's interior and the background ring around it."""
+    inner = _shrink(site.mask, 1)
+    if not inner.any():
+        inner = site.mask
+    ring = _grow(site.mask, site.ring_px) & ~site.mask
+    if not ring.any() or not inner.any():
+        return 1.0
+    obj = _mean_lab(image_bgr[site.rows, site.cols][inner])
+    around = _mean_lab(background_bgr[site.rows, site.cols][ring])
+    return math.exp(-float(np.linalg.norm(obj - around)) / colour_scale)
+
+
+def scale_score(pixel_height: float, expected_height: float, tolerance: float) -> float:
+    """exp(-(error / tolerance)^2), error = |ln(pixel / expected)| beyond one pixel of rounding."""
+    if expected_height <= 0:
+        return 0.0
+    rounding = math.log1p(1.0 / expected_height)
+    error = max(0.0, abs(math.log(max(pixel_height, 1e-6) / expected_height)) - rounding)
+    return math.exp(-((error / tolerance) ** 2))
+
+
+# -- the score --------------------------------------------------------------------------------------
+def _weighted_geometric_mean(values: Sequence[float], weights: Sequence[float]) -> float:
+    total_weight = sum(weights)
+    if total_weight <= 0:
+        return 1.0
+    return math.exp(sum(w * math.log(max(v, 1e-9)) for v, w in zip(values, weights)) / total_weight)
+
+
+def composite_quality(image_bgr: np.ndarray, instance_masks: Sequence[_Window], background_bgr: np.ndarray,
+                      visibilities: Sequence[float], pixel_heights: Sequence[float],
+                      expected_heights: Sequence[float], cfg: QualityConfig = QualityConfig()) -> QualityScore:
+    """Score one composite against the background it was pasted on.
+
+    ``instance_masks`` are the obstacles' visible masks (``Instance.visible_mask``), with their
+    ``Instance.visibility``, the pasted pixel heights (``Placement.mask.shape[0]``) and the camera
+    model's heights for them (``CameraGeometry.object_pixel_height`` at the ground point).
+    """
+    counts = {len(instance_masks), len(visibilities), len(pixel_heights), len(expected_heights)}
+    if len(counts) != 1:
+        raise ValueError(f"one value per obstacle expected, got lengths {sorted(counts)}")
+    if not instance_masks:
+        return QualityScore(total=1.0, boundary=1.0, colour=1.0, visibility=1.0, scale=1.0)
+    sites = [_site(m, image_bgr.shape[:2]) for m in instance_masks]
+    boundary = float(np.mean([boundary_score(image_bgr, background_bgr, s) for s in sites]))
+    colour = float(np.mean([colour_score(image_bgr, background_bgr, s, cfg.colour_scale) for s in sites]))
+    visibility = float(np.clip(np.mean(visibilities), 0.0, 1.0))
+    scale = float(np.mean([scale_score(p, e, cfg.scale_tolerance) for p, e in zip(pixel_heights, expected_heights)]))
+    total = _weighted_geometric_mean(
+        (boundary, colour, visibility, scale),
+        (cfg.boundary_weight, cfg.colour_weight, cfg.visibility_weight, cfg.scale_weight))
+    return QualityScore(total=total, boundary=boundary, colour=colour, visibility=visibility, scale=scale)

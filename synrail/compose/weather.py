@@ -1,0 +1,236 @@
+"""Weather and light on the finished composite: fog, rain, snow, dark (night) and glare.
+
+Every effect runs on the WHOLE composite, after all obstacles are pasted, so obstacle and
+background share one atmosphere, one sensor and one lens. Effects are pixel-only (albumentations
+``ImageOnlyTransform``s, checked before each run), so boxes and masks never change.
+
+Randomness: each call draws its parameters and an albumentations seed from the numpy generator it
+is given, so the same generator state gives identical bytes.
+
+Condition tags: ``choose_condition`` returns the tag the image records; ``weather_effect`` turns
+that tag and the background's own tag into the effect to apply (never a second dose of the
+weather a background already shows).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Protocol
+
+import cv2
+import numpy as np
+
+from synrail.compose.weather_config import ADVERSE_BACKGROUNDS, WEATHER_CONDITIONS, Condition, WeatherConfig
+from synrail.rail.geometry import CameraGeometry
+
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # else its import asks PyPI for a newer version
+import albumentations as A  # noqa: E402
+
+_KOSCHMIEDER = 3.912  # beta = 3.912 / meteorological visibility (5 % contrast threshold)
+
+
+# -- conditions ---------------------------------------------------------------------------------
+def choose_condition(cfg: WeatherConfig, rng: np.random.Generator, background_condition: str) -> str:
+    """The condition tag the image records.
+
+    A draw from ``cfg.mix`` (the target mix, so rare conditions can be over-sampled); a background
+    that already shows adverse weather keeps its own tag (a foggy scene stays "fog"), and a "none"
+    draw keeps the background's tag ("normal", "dusk", ...). One draw either way, so later draws
+    from ``rng`` do not depend on the background.
+    """
+    names = list(cfg.mix)
+    weights = np.array([cfg.mix[n] for n in names], dtype=np.float64)
+    drawn = names[int(rng.choice(len(names), p=weights / weights.sum()))]
+    if background_condition in ADVERSE_BACKGROUNDS or drawn == "none":
+        return background_condition
+    return drawn
+
+
+def weather_effect(condition: str, background_condition: str) -> str:
+    """The effect to apply for a recorded ``condition``: "none" when the background already shows it."""
+    if condition not in WEATHER_CONDITIONS or condition == background_condition:
+        return "none"
+    return condition
+
+
+# -- our own pixel-only transforms --------------------------------------------------------------
+class AirlightVeil(A.ImageOnlyTransform):
+    """Koschmieder's fog: ``I * (1 - veil) + airlight * veil``, veil = 1 - transmission per pixel."""
+
+    def __init__(self, veil: np.ndarray, airlight: float, p: float = 1.0):
+        super().__init__(p=p)
+        self.veil = veil.astype(np.float32)
+        self.airlight = float(airlight)
+
+    def apply(self, img: np.ndarray, **params: object) -> np.ndarray:
+        veil = self.veil[:, :, None]
+        out = img.astype(np.float32) * (1 - veil) + np.float32(self.airlight) * veil
+        return np.clip(out + 0.5, 0, 255).astype(np.uint8)
+
+
+class HeadlightCone(A.ImageOnlyTransform):
+    """The train's headlights: a radial brightening centred low in the image.
+
+    A local gamma lift ``x ** (1 / (1 + gain * cone))`` on [0, 1] values: where the cone is full it
+    undoes about a night gamma of ``1 + gain``, so the lit track looks exposed rather than just
+    scaled up from black (a multiplicative gain would leave a near-black ground near-black).
+    """
+
+    def __init__(self, centre: tuple[float, float], sigma: tuple[float, float], gain: float, p: float = 1.0):
+        super().__init__(p=p)
+        self.centre, self.sigma, self.gain = centre, sigma, float(gain)
+
+    def apply(self, img: np.ndarray, **params: object) -> np.ndarray:
+        cone = headlight_cone(img.shape[:2], self.centre, self.sigma)
+        exponent = 1 / (1 + np.float32(self.gain) * cone[:, :, None])
+        out = np.power(img.astype(np.float32) / 255, exponent) * 255
+        return np.clip(out + 0.5, 0, 255).astype(np.uint8)
+
+
+def headlight_cone(shape: tuple[int, int], centre: tuple[float, float], sigma: tuple[float, float]) -> np.ndarray:
+    """Gaussian cone in [0, 1]; ``centre`` and ``sigma`` are (x, y) shares of the image size."""
+    height, width = shape
+    x = (np.arange(width, dtype=np.float32) / width - centre[0]) / sigma[0]
+    y = (np.arange(height, dtype=np.float32) / height - centre[1]) / sigma[1]
+    return np.exp(-0.5 * (y[:, None] ** 2 + x[None, :] ** 2))
+
+
+# -- depth for fog -------------------------------------------------------------------------------
+class _Window(Protocol):
+    top: int
+    left: int
+    mask: np.ndarray
+
+
+def scene_depth(geometry: CameraGeometry, objects: Sequence[tuple[_Window, float]] = (),
+                far_m: float = 150.0) -> np.ndarray:
+    """H x W camera distance in metres for fog: the ground plane, each object's distance over its mask.
+
+    ``objects`` are (mask window, distance) pairs, listed far to near. Everything farther than
+    ``far_m`` counts as ``far_m``: the sky, and the scenery standing above the horizon, whose
+    distance the ground plane cannot tell (a tree there may be 40 m away; infinity would erase it).
+    """
+    rows = np.arange(geometry.height, dtype=np.float64)[:, None]
+    cols = np.arange(geometry.width, dtype=np.float64)[None, :]
+    depth = np.nan_to_num(geometry.distance_m(cols, rows), nan=far_m).astype(np.float32)
+    np.minimum(depth, np.float32(far_m), out=depth)
+    for window, distance in objects:
+        h, w = window.mask.shape
+        depth[window.top:window.top + h, window.left:window.left + w][window.mask] = distance
+    return depth
+
+
+def _smooth_field(shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
+    """Low-frequency noise with unit-ish std, for patchy fog."""
+    coarse = rng.standard_normal((6, 10)).astype(np.float32)
+    return cv2.resize(coarse, (shape[1], shape[0]), interpolation=cv2.INTER_CUBIC)
+
+
+# -- per-condition transform lists ----------------------------------------------------------------
+def _fog(cfg: WeatherConfig, rng: np.random.Generator, shape: tuple[int, int],
+         depth_m: np.ndarray | None) -> list[A.BasicTransform]:
+    # Not A.RandomFog: it ends with a fixed Gaussian blur of min(H, W) / 30 px over the whole image,
+    # which wipes out small obstacles at every distance, and its contrast loss does not grow with depth.
+    airlight = rng.uniform(*cfg.fog_airlight)
+    if depth_m is not None:
+        optical_depth = _KOSCHMIEDER / rng.uniform(*cfg.fog_visibility_m) * depth_m
+    else:
+        optical_depth = np.full(shape, -np.log(rng.uniform(*cfg.fog_transmission)), dtype=np.float32)
+    density = np.maximum(1 + cfg.fog_patchiness * _smooth_field(shape, rng), 0)  # patches: denser, thinner
+    return [AirlightVeil(1 - np.exp(-optical_depth * density), airlight)]
+
+
+def _rain(cfg: WeatherConfig, rng: np.random.Generator, shape: tuple[int, int]) -> list[A.BasicTransform]:
+    length = max(1, shape[0] // 8)
+    slant = rng.uniform(*cfg.rain_slant) * length
+    return [
+        A.RandomBrightnessContrast(brightness_limit=(0, 0), contrast_limit=(-0.2, -0.1), p=1),  # rain haze
+        A.RandomRain(slant_range=(slant, slant), drop_length=length,
+                     drop_width=1, drop_color=(200, 200, 200), blur_value=int(rng.choice([3, 5])),
+                     brightness_coefficient=rng.uniform(*cfg.rain_darkening),
+                     rain_type=str(rng.choice(cfg.rain_types)), p=1),
+    ]
+
+
+def _snow(cfg: WeatherConfig, rng: np.random.Generator, shape: tuple[int, int]) -> list[A.BasicTransform]:
+    cover = rng.uniform(*cfg.snow_cover)
+    ground = A.RandomSnow(snow_point_range=(cover, cover), brightness_coeff=rng.uniform(*cfg.snow_brightness),
+                          method="bleach", p=1)
+    # Falling flakes: short, thick "rain" drops, one layer per flake size (far small, near large).
+    layers = int(rng.integers(cfg.snow_flake_layers[0], cfg.snow_flake_layers[1] + 1))
+    scale = max(1, shape[0] // 360)
+    return [ground, *(_flakes(k, scale, rng.uniform(-1, 1) * scale) for k in range(layers))]
+
+
+def _flakes(layer: int, scale: int, drift: float) -> A.RandomRain:
+    size = scale * (1 + layer)
+    return A.RandomRain(slant_range=(drift, drift), drop_length=size, drop_width=size, drop_color=(235, 235, 235),
+                        blur_value=1 if layer == 0 else 3, brightness_coefficient=1.0,
+                        rain_type="torrential" if layer == 0 else "heavy", p=1)
+
+
+def _dark(cfg: WeatherConfig, rng: np.random.Generator) -> list[A.BasicTransform]:
+    exposure = rng.uniform(*cfg.dark_exposure)
+    gamma = rng.uniform(*cfg.dark_gamma) * 100  # albumentations: out = in ** (gamma / 100)
+    noise = rng.uniform(*cfg.dark_noise_std)
+    transforms: list[A.BasicTransform] = [
+        A.MultiplicativeNoise(multiplier=(exposure, exposure), per_channel=False, elementwise=False, p=1),
+        A.RandomGamma(gamma_limit=(gamma, gamma), p=1)]
+    if rng.random() < cfg.headlight_probability:
+        transforms.append(HeadlightCone(centre=(0.5 + rng.uniform(-0.05, 0.05), rng.uniform(0.9, 1.0)),
+                                        sigma=(rng.uniform(0.2, 0.3), rng.uniform(0.25, 0.4)),
+                                        gain=rng.uniform(*cfg.headlight_gain)))
+    # Sensor noise last: it is added to the light that reaches the sensor, headlights included.
+    transforms.append(A.GaussNoise(std_range=(noise, noise), per_channel=True, p=1))
+    return transforms
+
+
+def _glare(cfg: WeatherConfig, rng: np.random.Generator, shape: tuple[int, int]) -> list[A.BasicTransform]:
+    radius = int(rng.uniform(*cfg.glare_radius) * shape[1])
+    return [
+        A.RandomBrightnessContrast(brightness_limit=(0, 0), contrast_limit=(-0.25, -0.1), p=1),  # veiling glare
+        # physics_based: a bright source with a soft halo; "overlay" paints ghost disks a third of the image wide
+        A.RandomSunFlare(flare_roi=cfg.glare_roi, src_radius=max(radius, 1), src_color=(255, 244, 224),
+                         num_flare_circles_range=(4, 8), method="physics_based", p=1),
+    ]
+
+
+def weather_transforms(condition: str, cfg: WeatherConfig, rng: np.random.Generator, shape: tuple[int, int],
+                       depth_m: np.ndarray | None = None) -> list[A.BasicTransform]:
+    """The transforms of one effect, their parameters drawn from ``rng``; [] for no effect."""
+    if condition == "fog":
+        return _fog(cfg, rng, shape, depth_m)
+    if condition == "rain":
+        return _rain(cfg, rng, shape)
+    if condition == "snow":
+        return _snow(cfg, rng, shape)
+    if condition == "dark":
+        return _dark(cfg, rng)
+    if condition == "glare":
+        return _glare(cfg, rng, shape)
+    return []
+
+
+def pixel_pipeline(transforms: Sequence[A.BasicTransform], seed: int) -> A.Compose:
+    """A seeded Compose that refuses any transform able to move pixels (labels must not change)."""
+    spatial = [type(t).__name__ for t in transforms if not isinstance(t, A.ImageOnlyTransform)]
+    if spatial:
+        raise TypeError(f"weather transforms must be pixel-only, got {spatial}")
+    return A.Compose(list(transforms), seed=seed)
+
+
+def apply_weather(image_bgr: np.ndarray, condition: str, cfg: WeatherConfig, rng: np.random.Generator,
+                  depth_m: np.ndarray | None = None) -> np.ndarray:
+    """``image_bgr`` (H x W x 3 uint8) under ``condition``; a copy for "none" or a non-weather tag.
+
+    ``depth_m`` (from ``scene_depth``) makes fog thicken with distance; without it fog is a uniform veil.
+    """
+    if condition not in WEATHER_CONDITIONS:
+        return image_bgr.copy()
+    seed = int(rng.integers(2**31))
+    transforms = weather_transforms(condition, cfg, rng, image_bgr.shape[:2], depth_m)
+    rgb = cv2.cvtColor(image_bgr, cv2.COLOR_BGR2RGB)  # albumentations' colour transforms assume RGB
+    out = pixel_pipeline(transforms, seed)(image=rgb)["image"]
+    return cv2.cvtColor(out, cv2.COLOR_RGB2BGR)
+
