@@ -210,12 +210,19 @@ class ComposeConfig(Section):
     min_visible_px: int = Field(default=24, ge=1)
     min_height_px: int = Field(default=6, ge=1)
     feather_px: float = Field(default=1.5, ge=0, le=10)
-    harmonize: Literal["lab", "none"] = "lab"
-    harmonize_strength: float = Field(default=0.6, ge=0, le=1)
+    harmonize: Literal["lab", "local", "poisson", "torchscript", "onnx", "none"] = "lab"
+    harmonize_strength: float = Field(default=0.6, ge=0, le=1, description="for lab")
+    harmonize_model: str | None = Field(default=None, description="model file for torchscript / onnx")
     shadows: bool = Field(default=True, description="soft contact shadows under pasted obstacles")
     shadow: ShadowConfig = ShadowConfig()
     match_camera: bool = Field(default=True, description="match blur and noise to real frames")
     max_attempts: int = Field(default=20, ge=1, description="placement tries per obstacle")
+
+    @model_validator(mode="after")
+    def _learned_needs_a_model(self) -> "ComposeConfig":
+        if self.harmonize in ("torchscript", "onnx") and not self.harmonize_model:
+            raise ValueError(f"compose.harmonize {self.harmonize!r} needs compose.harmonize_model (a model file)")
+        return self
 
     @field_validator("obstacles_per_image")
     @classmethod

@@ -178,3 +178,23 @@ def test_shadows_only_darken_unlabelled_ground_and_leave_placement_alone():
     assert (lit.image[outside].astype(int) <= flat.image[outside].astype(int)).all()  # and only darken
     lowest_top = min(i.visible_mask.top for i in lit.instances)
     assert not outside[:lowest_top].any()  # nothing above the obstacles changes
+
+
+@pytest.mark.parametrize("backend", ["local", "poisson"])
+def test_other_harmonizers_change_only_the_obstacle(backend):
+    bg = scene()
+    gallery = {"person": [box_cutout(colour=(20, 200, 240))]}
+    cfg = ComposeConfig(harmonize=backend, feather_px=0.0, obstacles_per_image=(2, 2), shadows=False)
+    plain = compose_image(bg, gallery, ["person"], cfg.model_copy(update={"harmonize": "none"}),
+                          np.random.default_rng(4))
+    harmonized = compose_image(bg, gallery, ["person"], cfg, np.random.default_rng(4))
+    labelled = np.zeros((H, W), bool)
+    for inst in harmonized.instances:
+        labelled |= inst.visible_mask.full()
+    changed = (harmonized.image != plain.image).any(axis=2)
+    assert changed.any() and not (changed & ~labelled).any()
+
+
+def test_learned_harmonizer_needs_a_model_file():
+    with pytest.raises(ValueError, match="harmonize_model"):
+        ComposeConfig(harmonize="torchscript")

@@ -7,6 +7,7 @@ left mostly hidden are removed *before* pasting, so no pixel of an unlabelled ob
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ import cv2
 import numpy as np
 
 from synrail.compose.harmonize import harmonize_lab, ring_pixels
+from synrail.compose.harmonizers import Harmonizer, make_harmonizer
 from synrail.compose.shadows import contact_shadow, light_from_image, match_blur, match_noise
 from synrail.compose.placement import (GroundPoint, linear_pixel_width, metric_pixel_height,
                                        sample_ground_point)
@@ -207,6 +209,13 @@ def drop_hidden(placements: Sequence[Placement], cfg: ComposeConfig) -> tuple[li
     return [], []
 
 
+@functools.lru_cache(maxsize=4)
+def _harmonizer(name: str, model: str | None) -> Harmonizer:
+    """Built once per process (a learned model loads once per worker); local and Poisson keep the
+    settings benchmarks/harmonize.py measured."""
+    return make_harmonizer(name, **({"path": model} if model else {}))
+
+
 def _paste(canvas: np.ndarray, p: Placement, bg: SceneBackground, cfg: ComposeConfig,
            rng: np.random.Generator) -> None:
     """Light, harmonize, fog, add sensor noise and alpha-blend one placement into ``canvas`` in place
@@ -221,10 +230,16 @@ def _paste(canvas: np.ndarray, p: Placement, bg: SceneBackground, cfg: ComposeCo
         obj = np.clip(obj * np.asarray(bg.illumination_bgr, dtype=np.float32) + 0.5, 0, 255).astype(np.uint8)
     ring = max(2, int(round(_RING_SHARE * p.mask.shape[0])))
     ry0, ry1, rx0, rx1 = max(y0 - ring, 0), min(y1 + ring, height), max(x0 - ring, 0), min(x1 + ring, width)
-    if cfg.harmonize == "lab":
+    if cfg.harmonize != "none":
         ring_mask = np.zeros((ry1 - ry0, rx1 - rx0), dtype=bool)
         ring_mask[y0 - ry0:y1 - ry0, x0 - rx0:x1 - rx0] = mask
+    if cfg.harmonize == "lab":
         obj = harmonize_lab(obj, mask, ring_pixels(canvas[ry0:ry1, rx0:rx1], ring_mask, ring), cfg.harmonize_strength)
+    elif cfg.harmonize != "none":  # another backend, on the window with the object hard-pasted in it
+        window = canvas[ry0:ry1, rx0:rx1].copy()
+        window[ring_mask] = obj[mask]
+        harmonized = _harmonizer(cfg.harmonize, cfg.harmonize_model).harmonize(window, ring_mask)
+        obj = harmonized[y0 - ry0:y1 - ry0, x0 - rx0:x1 - rx0]  # Poisson's outer band is not pasted
     if cfg.match_camera and bg.real_frame:  # the camera's defocus and noise, measured beside the paste
         surroundings = bg.image[ry0:ry1, rx0:rx1]
         obj = match_noise(match_blur(obj, surroundings, mask), surroundings, rng, mask)

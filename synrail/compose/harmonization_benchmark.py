@@ -84,7 +84,8 @@ def evaluate_harmonizers(samples: Sequence[Sample], harmonizers: Mapping[str, Ha
         perturbed = [perturb_object(image, mask, perturbation_rng(seed, name, k), ranges)
                      for k in range(n_perturbations)]
         for label, harmonizer in harmonizers.items():
-            outputs = perturbed if harmonizer is None else harmonizer.harmonize_batch(perturbed, [mask] * len(perturbed))
+            masks = [mask] * len(perturbed)
+            outputs = perturbed if harmonizer is None else harmonizer.harmonize_batch(perturbed, masks)
             for k, output in enumerate(outputs):
                 rows.append({"sample": name, "perturbation": k, "harmonizer": label,
                              **harmonization_scores(image, output, mask)})
