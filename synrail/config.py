@@ -174,6 +174,8 @@ class GalleryConfig(Section):
     per_class: int = Field(default=12, ge=1, description="procedural cutouts per class")
     render_height_px: int = Field(default=256, ge=32, le=2048)
     dtd_root: str | None = Field(default=None, description="DTD folder: textures for unseen_obstacle polygons")
+    random_texture: bool = Field(default=True, description="textured unseen obstacles (off: flat colour; "
+                                                           "the paper's Table 7 switch)")
 
 
 class SegmentConfig(Section):

@@ -207,7 +207,9 @@ def prepare_gallery_item(cfg: BuildConfig, class_name: str, index: int, cache: S
     stream = STREAM_GALLERY * 1000 + cfg.classes.index(class_name)
     rng = rng_for(cfg.seed, stream, index)
     texture = None
-    if class_name == "unseen_obstacle" and cfg.gallery.dtd_root:  # the paper's DTD-filled random polygons
+    if class_name == "unseen_obstacle" and not cfg.gallery.random_texture:  # ablation: one flat colour
+        texture = np.full((8, 8, 3), rng.integers(40, 220, 3), dtype=np.uint8)
+    elif class_name == "unseen_obstacle" and cfg.gallery.dtd_root:  # the paper's DTD-filled random polygons
         texture = _dtd_textures(cfg.gallery.dtd_root)(rng)
     cutout = render_cutout(class_name, rng, pixel_height=cfg.gallery.render_height_px, texture=texture)
     png = encode_image(cutout.rgba, ".png")

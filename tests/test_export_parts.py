@@ -60,3 +60,27 @@ def test_every_split_gets_its_share_of_conditions_and_track_types():
     train = Counter(c for s, c, _ in plan if s == "train")
     assert train["normal"] > train["overcast"] > train["fog"] >= 1
     assert plan == background_plan(cfg) and plan != background_plan(cfg.model_copy(update={"seed": 1}))
+
+
+def test_random_texture_switch_flattens_unseen_obstacles(tmp_path):
+    import cv2
+    import numpy as np
+
+    from synrail.config import load_config
+    from synrail.pipeline import prepare_gallery_item
+    from synrail.store import Store
+
+    def chroma_spread(random_texture: bool) -> list[float]:
+        """Spread of each pixel's colour direction: shading scales a flat colour, a texture varies it."""
+        cfg = load_config(None, {"gallery.random_texture": random_texture})
+        spreads = []
+        for index in range(8):
+            record = prepare_gallery_item(cfg, "unseen_obstacle", index, Store(str(tmp_path)))
+            rgba = cv2.imread(str(tmp_path / record.path), cv2.IMREAD_UNCHANGED)
+            inner = cv2.erode((rgba[:, :, 3] > 0).astype(np.uint8), np.ones((7, 7), np.uint8)).astype(bool)
+            pixels = rgba[inner][:, :3].astype(float) + 8
+            spreads.append(float(np.log(pixels / pixels.mean(axis=1, keepdims=True)).std(axis=0).mean()))
+        return spreads
+
+    flat, textured = chroma_spread(False), chroma_spread(True)
+    assert max(flat) < 0.02 and np.median(textured) > 4 * np.median(flat)
