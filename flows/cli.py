@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.prefect_env import configure_prefect_environment
+from flows.train_cli import add_commands as add_train_commands
 from synrail.config import ConfigError, load_config, parse_override
 from synrail.output import OutputConflict, claim_output
 from synrail.store import Store, StoreError
@@ -21,22 +22,29 @@ from synrail.store import Store, StoreError
 console = Console(stderr=True)
 
 
+def _add_build_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None, help="YAML config (default: the built-in defaults)")
+    parser.add_argument("--out", required=True, help="output folder or URL (file://, s3://)")
+    parser.add_argument("--num-images", type=int, help="override num_images")
+    parser.add_argument("--seed", type=int, help="override seed")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="delete what --out holds when it is not this build, then build")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override any config field, e.g. --set compose.scale=linear (repeatable)")
+    parser.add_argument("--verbose", action="store_true", help="show Prefect's own log lines on the console")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="synrail", description="Synthetic railway-obstacle detection datasets.")
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="build a dataset (a Prefect flow; ephemeral local mode by default)")
-    build.add_argument("--config", default=None, help="YAML config (default: the built-in defaults)")
-    build.add_argument("--out", required=True, help="output folder or URL (file://, s3://)")
-    build.add_argument("--num-images", type=int, help="override num_images")
-    build.add_argument("--seed", type=int, help="override seed")
-    build.add_argument("--overwrite", action="store_true",
-                       help="delete what --out holds when it is not this build, then build")
-    build.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                       help="override any config field, e.g. --set compose.scale=linear (repeatable)")
+    _add_build_options(build)
     build.add_argument("--no-progress", action="store_true", help="no progress bar")
-    build.add_argument("--verbose", action="store_true", help="show Prefect's own log lines on the console")
+    _add_build_options(commands.add_parser("ablation", help="build the paper's Table 7 variants of a config "
+                                                            "into OUT/<variant>, sharing caches"))
     validate = commands.add_parser("validate", help="check an exported dataset against the export contract")
     validate.add_argument("--out", required=True, help="the dataset folder")
+    add_train_commands(commands)  # train, evaluate: each sets its own handler
     return parser
 
 
@@ -110,9 +118,35 @@ def validate_command(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def ablation_command(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config, _overrides(args))
+    except ConfigError as err:
+        console.print(f"[red]error:[/red] {err}", highlight=False)
+        return 2
+    configure_prefect_environment(verbose=args.verbose)
+    from flows.ablation import build_ablation
+
+    try:
+        summaries = build_ablation(config, args.out, args.overwrite)
+    except (OutputConflict, StoreError) as err:
+        console.print(f"[red]error:[/red] {err}", highlight=False)
+        return 2
+    for name, summary in summaries.items():
+        console.print(f"{name}: {sum(summary.images_per_split.values())} images at {summary.out_url}",
+                      highlight=False, soft_wrap=True)
+    return 0
+
+
+COMMANDS = {"build": build_command, "ablation": ablation_command, "validate": validate_command}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return build_command(args) if args.command == "build" else validate_command(args)
+    if args.command in COMMANDS:
+        return COMMANDS[args.command](args)
+    configure_prefect_environment(verbose=False)
+    return args.handler(args)
 
 
 if __name__ == "__main__":

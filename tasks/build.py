@@ -31,11 +31,23 @@ from synrail.store import Store
 from synrail.version import code_version
 
 
-def _jsonable(value: Any) -> Any:
+# The config sections each stage reads: a stage's key holds only those, so builds that differ
+# elsewhere (ablation variants, say) share its cached results. Compose and export read everything.
+STAGE_SECTIONS = {
+    "background": ("seed", "image", "splits", "backgrounds"),
+    "video": ("seed", "image", "splits", "backgrounds", "segment"),
+    "obstacles": ("seed", "classes", "gallery"),
+    "gallery-source": ("seed", "classes", "gallery", "segment"),
+}
+
+
+def _jsonable(value: Any, stage: str = "") -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     if isinstance(value, BuildConfig):
-        return value.content_dict()  # execution settings never change the outputs
+        content = value.content_dict()  # execution settings never change the outputs
+        sections = STAGE_SECTIONS.get(stage)
+        return {k: content[k] for k in sections} if sections else content
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, (list, tuple)):
@@ -52,7 +64,7 @@ class StagePolicy(CachePolicy):
     def compute_key(self, task_ctx: Any, inputs: dict[str, Any], flow_parameters: dict[str, Any],
                     **kwargs: Any) -> str:
         payload = {"stage": self.stage, "code": code_version(),
-                   "inputs": {k: _jsonable(v) for k, v in sorted(inputs.items())}}
+                   "inputs": {k: _jsonable(v, self.stage) for k, v in sorted(inputs.items())}}
         return f"{self.stage}-" + hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 

@@ -104,3 +104,21 @@ def test_video_sources_run_through_the_flow(tmp_path):
     assert expected_task_runs(cfg) == 4 + len(cfg.classes) + 1 + 1  # 4 video files, classes, 1 chunk, export
     build_with_runner(cfg, str(tmp_path / "out"))
     assert validate_dataset(tmp_path / "out") == []
+
+
+def test_ablation_builds_every_variant_and_shares_the_backgrounds(tmp_path):
+    from flows.ablation import build_ablation
+    from synrail.ablation import TABLE7_VARIANTS
+
+    cfg = load_config(TINY, {"num_images": 4, "backgrounds.count": 3})
+    summaries = build_ablation.with_options(task_runner=ThreadPoolTaskRunner(max_workers=2))(cfg, str(tmp_path))
+    assert set(summaries) == set(TABLE7_VARIANTS)
+    for name in TABLE7_VARIANTS:
+        assert validate_dataset(tmp_path / name) == []
+    shared = tmp_path / ".synrail-shared-cache"
+    assert len(list((shared / "backgrounds").glob("*.png"))) == 3  # rendered once for all five variants
+    baseline = json.loads((tmp_path / "baseline/.synrail/build.json").read_text())
+    assert baseline["name"].endswith("-baseline")
+    cards = {n: (tmp_path / n / "dataset_card.md").read_text() for n in TABLE7_VARIANTS}
+    assert "harmonize: none" in cards["baseline"] and "harmonize: lab" in cards["all"]
+    assert "scale: linear" in cards["baseline"] and "scale: metric" in cards["rescale"]

@@ -1,0 +1,188 @@
+"""Result tables: CSV and Markdown writers, and the layouts of the paper's Tables 3-7.
+
+Metrics are shown in percent with one decimal, as in the paper. A cell with no data behind it
+(no model, no test images of that kind, no clips) says "n/a"; nothing is ever filled in.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from synrail.train.evaluate import CONDITION_GROUPS, DISTANCE_BUCKETS_M, UNSEEN_CLASS, EvalReport, bucket_label
+from synrail.train.events import EventReport
+
+Cell = str | float | int | None
+MISSING = "n/a"
+TRACK_TYPES = ("ballastless", "ballasted")  # Table 3's column order
+# Table 7's rows: (harmony, rescale, random texture)
+PAPER_ABLATIONS: tuple[tuple[bool, bool, bool], ...] = (
+    (False, False, False), (True, False, False), (False, True, False), (False, False, True), (True, True, True))
+
+
+class Table(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    key: str  # lowercase-with-dashes: the file stem and the Prefect artifact key
+    title: str
+    columns: list[str]
+    rows: list[list[Cell]]
+
+    @field_validator("key")
+    @classmethod
+    def _key_is_lowercase_with_dashes(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", value):
+            raise ValueError(f"table key {value!r} must be lowercase letters, digits and dashes")
+        return value
+
+    def records(self) -> list[dict[str, str]]:
+        """Rows as {column: text}, for CSV and Prefect table artifacts."""
+        return [dict(zip(self.columns, map(format_cell, row))) for row in self.rows]
+
+
+class ModelResult(BaseModel):
+    """What one model scored on the test data a user has; any part may be missing."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    params_m: float | None = None
+    detection: EvalReport | None = None
+    events: EventReport | None = None
+
+
+class AblationResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    harmony: bool
+    rescale: bool
+    random_texture: bool
+    detection: EvalReport | None = None
+
+
+def artifact_key(text: str) -> str:
+    """Any name as a lowercase-with-dashes key."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "table"
+
+
+def format_cell(cell: Cell) -> str:
+    if cell is None:
+        return MISSING
+    if isinstance(cell, float):
+        return f"{cell:.1f}"
+    return str(cell)
+
+
+def to_csv(table: Table) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(table.columns)
+    writer.writerows([format_cell(c) for c in row] for row in table.rows)
+    return buffer.getvalue()
+
+
+def to_markdown(table: Table) -> str:
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+    body = [line(table.columns), line(["---"] * len(table.columns))]
+    body += [line([format_cell(c) for c in row]) for row in table.rows]
+    return f"**{table.title}**\n\n" + "\n".join(body) + "\n"
+
+
+def write_table(table: Table, out_dir: str | Path) -> tuple[Path, Path]:
+    """``{key}.csv`` and ``{key}.md`` under ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path = out_dir / f"{table.key}.csv", out_dir / f"{table.key}.md"
+    csv_path.write_text(to_csv(table))
+    md_path.write_text(to_markdown(table))
+    return csv_path, md_path
+
+
+def _pct(value: float | None) -> float | None:
+    return None if value is None else 100.0 * value
+
+
+def _detection_value(model: ModelResult, group: str, subset: str, metric: str = "map50") -> float | None:
+    return None if model.detection is None else _pct(model.detection.value(group, subset, metric))
+
+
+def metrics_table(report: EvalReport, key: str, title: str) -> Table:
+    """Every row of one evaluation: overall, per class, distance, condition, track type, unseen kind."""
+    return Table(key=key, title=f"{title} (mAP in %)",
+                 columns=["group", "subset", "images", "instances", "mAP50", "mAP50:95"],
+                 rows=[[r.group, r.subset, r.images, r.instances, _pct(r.map50), _pct(r.map50_95)]
+                       for r in report.rows])
+
+
+def events_table(report: EventReport, key: str, title: str) -> Table:
+    """Clip counts and accuracy, over all clips and per track type."""
+    track_types = sorted({c.track_type for c in report.clips if c.track_type})
+    rows = []
+    for track_type in [None, *track_types]:
+        clips = [c for c in report.clips if track_type is None or c.track_type == track_type]
+        counts = EventReport(clips=clips, score_threshold=report.score_threshold,
+                             sample_fps=report.sample_fps).counts()
+        rows.append([track_type or "all", len(clips), *counts.values(), _pct(report.accuracy(track_type))])
+    return Table(key=key, title=f"{title} (score >= {report.score_threshold:g}, {report.sample_fps:g} fps, Acc in %)",
+                 columns=["track type", "clips", "TP", "TN", "FP", "FN", "Acc"], rows=rows)
+
+
+def table3_track_types(models: Sequence[ModelResult]) -> Table:
+    columns = ["Models", "Paras (M)"] + [f"{t} {m}" for t in TRACK_TYPES for m in ("mAP50", "mAP50:95", "Acc")]
+    rows = []
+    for model in models:
+        row: list[Cell] = [model.name, model.params_m]
+        for track_type in TRACK_TYPES:
+            row += [_detection_value(model, "track_type", track_type),
+                    _detection_value(model, "track_type", track_type, "map50_95"),
+                    None if model.events is None else _pct(model.events.accuracy(track_type))]
+        rows.append(row)
+    return Table(key="table-3-track-types", title="Table 3: models on ballastless and ballasted track "
+                 "(mAP and event accuracy in %)", columns=columns, rows=rows)
+
+
+def table4_conditions(models: Sequence[ModelResult]) -> Table:
+    return Table(key="table-4-conditions", title="Table 4: mAP50 (%) across environmental conditions",
+                 columns=["Models", *CONDITION_GROUPS],
+                 rows=[[m.name, *(_detection_value(m, "condition_group", g) for g in CONDITION_GROUPS)]
+                       for m in models])
+
+
+def table5_distances(models: Sequence[ModelResult]) -> Table:
+    buckets = [bucket_label(low, high) for low, high in DISTANCE_BUCKETS_M]
+    return Table(key="table-5-distances", title="Table 5: mAP50 (%) across obstacle distances",
+                 columns=["Models", *buckets],
+                 rows=[[m.name, *(_detection_value(m, "distance", b) for b in buckets)] for m in models])
+
+
+def table6_unseen(models: Sequence[ModelResult]) -> Table:
+    """The unseen_obstacle class, then each kind of unseen obstacle found in any model's test data."""
+    kinds = sorted({k for m in models if m.detection for k in m.detection.subsets("unseen_kind")})
+    return Table(key="table-6-unseen-obstacles", title="Table 6: mAP50 (%) on unseen obstacles",
+                 columns=["Models", UNSEEN_CLASS, *kinds],
+                 rows=[[m.name, _detection_value(m, "class", UNSEEN_CLASS),
+                        *(_detection_value(m, "unseen_kind", k) for k in kinds)] for m in models])
+
+
+def table7_ablations(ablations: Sequence[AblationResult]) -> Table:
+    """The paper's five rows (n/a where that variant was not trained), then any other variant given."""
+    by_flags = {(a.harmony, a.rescale, a.random_texture): a for a in ablations}
+    flags = list(PAPER_ABLATIONS) + [f for f in by_flags if f not in PAPER_ABLATIONS]
+    rows = []
+    for number, (harmony, rescale, texture) in enumerate(flags, start=1):
+        result = by_flags.get((harmony, rescale, texture))
+        value = None if result is None or result.detection is None else result.detection.value("overall", "all")
+        rows.append([number, *("✓" if f else "" for f in (harmony, rescale, texture)), _pct(value)])
+    return Table(key="table-7-ablations", title="Table 7: ablation study, overall mAP50 (%)",
+                 columns=["#", "Harmony", "rescale", "random-texture", "mAP50"], rows=rows)
+
+
+def paper_tables(models: Sequence[ModelResult], ablations: Sequence[AblationResult]) -> list[Table]:
+    return [table3_track_types(models), table4_conditions(models), table5_distances(models),
+            table6_unseen(models), table7_ablations(ablations)]
