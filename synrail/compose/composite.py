@@ -227,7 +227,7 @@ def _paste(canvas: np.ndarray, p: Placement, bg: SceneBackground, cfg: ComposeCo
     crop = (slice(y0 - p.y0, y1 - p.y0), slice(x0 - p.x0, x1 - p.x0))
     obj, mask = p.bgr[crop], window.mask
     if bg.illumination_bgr != (1.0, 1.0, 1.0):  # the scene's own light falls on the obstacle
-        obj = np.clip(obj * np.asarray(bg.illumination_bgr, dtype=np.float32) + 0.5, 0, 255).astype(np.uint8)
+        obj = cv2.transform(obj, np.diag(np.asarray(bg.illumination_bgr, dtype=np.float32)))  # saturating
     ring = max(2, int(round(_RING_SHARE * p.mask.shape[0])))
     ry0, ry1, rx0, rx1 = max(y0 - ring, 0), min(y1 + ring, height), max(x0 - ring, 0), min(x1 + ring, width)
     if cfg.harmonize != "none":
