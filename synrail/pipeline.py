@@ -335,7 +335,7 @@ def _with_weather(cfg: BuildConfig, index: int, record: BackgroundRecord, compos
     return Composite(image=image, instances=composite.instances), condition
 
 
-def _annotation_rows(index: int, composite: Composite, cfg: BuildConfig) -> list[dict[str, Any]]:
+def annotation_rows(index: int, composite: Composite, cfg: BuildConfig) -> list[dict[str, Any]]:
     rows = []
     for k, inst in enumerate(composite.instances):
         rle = encode_rle(inst.visible_mask.full())
@@ -358,14 +358,14 @@ def compose_chunk(cfg: BuildConfig, first: int, stop: int, backgrounds: Sequence
     splits = image_splits(cfg)
     cutouts = gallery_by_class(cache, gallery)
     jpeg_params = [cv2.IMWRITE_JPEG_QUALITY, cfg.image.jpeg_quality]
-    image_rows, annotation_rows = [], []
+    image_rows, all_annotations = [], []
     for index in range(first, stop):
         split = splits[index]
         background, composite, condition, quality, attempts = compose_one(cfg, index, split, backgrounds, cutouts,
                                                                           cache)
         name = image_id(index)
         sha = out.write_bytes(f"images/{split}/{name}.jpg", encode_image(composite.image, ".jpg", jpeg_params))
-        rows = _annotation_rows(index, composite, cfg)
+        rows = annotation_rows(index, composite, cfg)
         out.write_text(f"labels/{split}/{name}.txt", "".join(
             yolo_line(r["category_id"], (r["bbox_x"], r["bbox_y"], r["bbox_w"], r["bbox_h"]),
                       cfg.image.width, cfg.image.height) + "\n" for r in rows))
@@ -376,15 +376,15 @@ def compose_chunk(cfg: BuildConfig, first: int, stop: int, backgrounds: Sequence
             "track_type": background.track_type, "num_annotations": len(rows), "sha256": sha,
             "quality": quality.total if quality else None, "attempts": attempts,
         })
-        annotation_rows.extend(rows)
-    images_blob, annotations_blob = table_bytes(image_rows), table_bytes(annotation_rows, ANNOTATION_SCHEMA)
+        all_annotations.extend(rows)
+    images_blob, annotations_blob = table_bytes(image_rows), table_bytes(all_annotations, ANNOTATION_SCHEMA)
     key = sha256_bytes(images_blob + annotations_blob)
     images_path = f".synrail/chunks/{first:06d}-{stop:06d}-{key[:12]}-images.parquet"
     annotations_path = images_path.replace("-images.", "-annotations.")
     out.write_bytes(images_path, images_blob)
     out.write_bytes(annotations_path, annotations_blob)
     return ChunkRecord(first=first, stop=stop, images_path=images_path, annotations_path=annotations_path,
-                       sha256=key, num_images=len(image_rows), num_annotations=len(annotation_rows))
+                       sha256=key, num_images=len(image_rows), num_annotations=len(all_annotations))
 
 
 ANNOTATION_SCHEMA = pa.schema([
