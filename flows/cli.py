@@ -15,7 +15,7 @@ from rich.table import Table
 
 from flows.prefect_env import configure_prefect_environment
 from flows.train_cli import add_commands as add_train_commands
-from synrail.config import ConfigError, load_config, parse_override
+from synrail.config import BuildConfig, ConfigError, load_config, parse_override
 from synrail.output import OutputConflict, claim_output
 from synrail.store import Store, StoreError
 
@@ -76,13 +76,22 @@ def _class_table(summary) -> Table:
     return table
 
 
-def build_command(args: argparse.Namespace) -> int:
+def _config_for(args: argparse.Namespace) -> BuildConfig | None:
+    """The build's config, or None once the reason is printed; then Prefect's local defaults, which
+    must be set before any flow module imports Prefect."""
     try:
         config = load_config(args.config, _overrides(args))
     except ConfigError as err:
         console.print(f"[red]error:[/red] {err}", highlight=False)
-        return 2
+        return None
     configure_prefect_environment(verbose=args.verbose)
+    return config
+
+
+def build_command(args: argparse.Namespace) -> int:
+    config = _config_for(args)
+    if config is None:
+        return 2
     from flows.build_dataset import build_with_runner  # Prefect reads its settings when imported
 
     started = time.perf_counter()
@@ -119,12 +128,9 @@ def validate_command(args: argparse.Namespace) -> int:
 
 
 def ablation_command(args: argparse.Namespace) -> int:
-    try:
-        config = load_config(args.config, _overrides(args))
-    except ConfigError as err:
-        console.print(f"[red]error:[/red] {err}", highlight=False)
+    config = _config_for(args)
+    if config is None:
         return 2
-    configure_prefect_environment(verbose=args.verbose)
     from flows.ablation import build_ablation
 
     try:
