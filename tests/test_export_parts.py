@@ -84,3 +84,22 @@ def test_random_texture_switch_flattens_unseen_obstacles(tmp_path):
 
     flat, textured = chroma_spread(False), chroma_spread(True)
     assert max(flat) < 0.02 and np.median(textured) > 4 * np.median(flat)
+
+
+def test_card_figures_are_written_and_linked(tmp_path):
+    import cv2
+
+    from synrail.config import load_config
+    from synrail.local_build import build_in_process
+
+    out = tmp_path / "ds"
+    build_in_process(load_config(None, {"num_images": 6, "image.width": 320, "image.height": 192,
+                                        "backgrounds.count": 3, "gallery.per_class": 2}), str(out))
+    card = (out / "dataset_card.md").read_text()
+    for name in ["classes", "distances", "conditions", "samples"]:
+        figure = cv2.imread(str(out / "card" / f"{name}.png"))
+        assert figure is not None and figure.shape[0] > 100, name
+        assert f"(card/{name}.png)" in card
+    grid = cv2.imread(str(out / "card" / "samples.png"))
+    red = (grid[:, :, 2] > 200) & (grid[:, :, 1] < 60) & (grid[:, :, 0] < 60)
+    assert red.sum() > 50  # boxes are drawn

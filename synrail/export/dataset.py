@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from synrail.config import BuildConfig
 from synrail.export.card import dataset_card
 from synrail.export.coco import coco_document
+from synrail.export.plots import write_card_figures
 from synrail.export.yolo import data_yaml
 from synrail.inputs import InputReport
 from synrail.pipeline import (SPLITS, ANNOTATION_SCHEMA, BackgroundRecord, ChunkRecord, GalleryRecord,
@@ -88,9 +89,10 @@ def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds:
     out.write_bytes("manifest/annotations.parquet", table_bytes(annotations, MANIFEST_ANNOTATION_SCHEMA))
     _write_report(report, out)
     out.write_text("data.yaml", data_yaml(splits, cfg.classes))
-    out.write_text("dataset_card.md", dataset_card(cfg.content_dict(), images, annotations,
-                                                   [b.model_dump() for b in backgrounds], cfg.classes, splits,
-                                                   report))
+    figures = write_card_figures(out, images, annotations, cfg.classes)
+    card = dataset_card(cfg.content_dict(), images, annotations, [b.model_dump() for b in backgrounds],
+                        cfg.classes, splits, report)
+    out.write_text("dataset_card.md", card + "\n## Figures\n\n" + "\n".join(f"![{p}]({p})" for p in figures) + "\n")
     return ExportSummary(
         out_url=out.root_url,
         images_per_split=dict(Counter(r["split"] for r in images)),
