@@ -14,6 +14,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from flows.prefect_env import wait_for_task_runs_recorded
 from synrail.config import BuildConfig
 from synrail.export.dataset import ExportSummary
+from synrail.output import cache_url as build_cache_url
 from synrail.output import claim_output
 from synrail.config import ProceduralSource
 from synrail.gallery import GallerySourceResult, needs_gpu
@@ -24,17 +25,13 @@ from synrail.store import Store
 from tasks import build as t
 
 
-def default_cache_url(out_url: str) -> str:
-    return Store(out_url).url(".synrail/cache")
-
-
 @flow(name="build-dataset", log_prints=True)
 def build_dataset(config: BuildConfig, out_url: str, overwrite: bool = False,
                   show_progress: bool = False) -> ExportSummary:
     """Build the dataset ``config`` describes into ``out_url``."""
     out = Store(out_url)
     claim_output(out, config, overwrite)
-    cache_url = config.execution.cache_url or default_cache_url(out.root_url)
+    cache_url = build_cache_url(config, out)
     background_records, videos = _backgrounds(config, cache_url)
     gallery_records, sources = _gallery(config, cache_url)
     report = input_report(videos, sources)

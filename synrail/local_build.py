@@ -11,7 +11,7 @@ from synrail.config import BuildConfig, ProceduralSource
 from synrail.export.dataset import ExportSummary, export_dataset
 from synrail.gallery import prepare_gallery_source
 from synrail.inputs import InputReport, check_inputs, input_report
-from synrail.output import claim_output
+from synrail.output import cache_url, claim_output
 from synrail.store import Store
 from synrail.video_stage import prepare_video_backgrounds, source_videos, video_split_plan
 
@@ -43,7 +43,7 @@ def gather_inputs(cfg: BuildConfig, cache: Store) -> tuple[list[pipeline.Backgro
 def build_in_process(cfg: BuildConfig, out_url: str, overwrite: bool = False) -> ExportSummary:
     out = Store(out_url)
     claim_output(out, cfg, overwrite)
-    cache = Store(cfg.execution.cache_url or out.url(".synrail/cache"))
+    cache = Store(cache_url(cfg, out))
     backgrounds, gallery, report = gather_inputs(cfg, cache)
     chunks = [pipeline.compose_chunk(cfg, first, stop, backgrounds, gallery, cache, out)
               for first, stop in pipeline.chunk_ranges(cfg.num_images, cfg.execution.chunk_size)]

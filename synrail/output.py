@@ -11,6 +11,11 @@ from synrail.store import Store
 BUILD_MARKER = ".synrail/build.json"
 
 
+def cache_url(cfg: BuildConfig, out: Store) -> str:
+    """Where a build's caches live: ``execution.cache_url``, else inside the output."""
+    return cfg.execution.cache_url or out.url(".synrail/cache")
+
+
 class OutputConflict(RuntimeError):
     """The output already holds something other than this build."""
 

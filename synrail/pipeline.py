@@ -304,9 +304,7 @@ def compose_one(cfg: BuildConfig, index: int, split: str, backgrounds: Sequence[
     pool = [b for b in backgrounds if b.split == split]
     attempts = 1 + (cfg.quality.max_resamples if cfg.quality else 0)
     best: tuple[BackgroundRecord, Composite, QualityScore | None] | None = None
-    used = 0
     for attempt in range(attempts):
-        used += 1
         record, composite = _attempt(cfg, index, attempt, pool, gallery, cache)
         score = _score(cfg, record, composite, cache) if cfg.quality and composite.instances else None
         if best is None or (score is not None and best[2] is not None and score.total > best[2].total):
@@ -317,7 +315,7 @@ def compose_one(cfg: BuildConfig, index: int, split: str, backgrounds: Sequence[
     condition = record.condition
     if cfg.weather.mix.get("none", 0) < sum(cfg.weather.mix.values()):
         composite, condition = _with_weather(cfg, index, record, composite, cache)
-    return ComposedImage(record, composite, condition, score, used)
+    return ComposedImage(record, composite, condition, score, attempt + 1)
 
 
 def _with_weather(cfg: BuildConfig, index: int, record: BackgroundRecord, composite: Composite,
