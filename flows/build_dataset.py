@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from prefect import flow, unmapped
-from prefect.artifacts import create_markdown_artifact, create_progress_artifact, create_table_artifact, \
-    update_progress_artifact
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_progress_artifact, \
+    create_table_artifact, update_progress_artifact
 from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -18,7 +18,7 @@ from synrail.output import cache_url as build_cache_url
 from synrail.output import claim_output
 from synrail.config import ProceduralSource
 from synrail.gallery import GallerySourceResult, needs_gpu
-from synrail.inputs import check_inputs, input_report
+from synrail.inputs import InputReport, check_inputs, input_report
 from synrail.pipeline import BackgroundRecord, ChunkRecord, GalleryRecord, chunk_ranges, procedural_classes
 from synrail.video_stage import VideoBackgrounds, source_videos, video_split_plan
 from synrail.store import Store
@@ -36,24 +36,35 @@ def build_dataset(config: BuildConfig, out_url: str, overwrite: bool = False,
     gallery_records, sources = _gallery(config, cache_url)
     report = input_report(videos, sources)
     check_inputs(config, background_records, gallery_records, report)
-    compose_task = t.cached(t.compose_chunk, "compose", cache_url)
-    export_task = t.cached(t.export, "export", cache_url)
+    plan = [(first, stop, None) for first, stop in chunk_ranges(config.num_images, config.execution.chunk_size)]
+    chunk_records = compose_chunks(config, plan, background_records, gallery_records, cache_url, out, show_progress)
+    return export(config, chunk_records, background_records, gallery_records, report, cache_url, out)
 
-    chunks = [compose_task.submit(config, first, stop, background_records, gallery_records, cache_url, out.root_url)
-              for first, stop in chunk_ranges(config.num_images, config.execution.chunk_size)]
-    progress_id = create_progress_artifact(progress=0.0, description="images composed")
+
+def compose_chunks(config: BuildConfig, plan: list[tuple[int, int, list[str] | None]],
+                   backgrounds: list[BackgroundRecord], gallery: list[GalleryRecord], cache_url: str, out: Store,
+                   show_progress: bool = False) -> list[ChunkRecord]:
+    """One compose task per (first, stop, splits) of ``plan``, with a progress bar and a progress artifact."""
+    compose_task = t.cached(t.compose_chunk, "compose", cache_url)
+    chunks = [compose_task.submit(config, first, stop, backgrounds, gallery, cache_url, out.root_url, splits)
+              for first, stop, splits in plan]
+    total = sum(stop - first for first, stop, _ in plan)
+    progress_id = create_progress_artifact(progress=0.0, description=f"images composed into {out.root_url}")
     with Progress(TextColumn("composing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   disable=not show_progress) as bar:
-        images = bar.add_task("compose", total=config.num_images)
+        images = bar.add_task("compose", total=total)
         for future in as_completed(chunks):
             # .result() raises, and so fails the flow, when a chunk has failed for good
             bar.advance(images, ChunkRecord.model_validate(future.result()).num_images)
-            update_progress_artifact(artifact_id=progress_id,
-                                     progress=100.0 * bar.tasks[0].completed / config.num_images)
+            update_progress_artifact(artifact_id=progress_id, progress=100.0 * bar.tasks[0].completed / total)
+    return t.as_records(ChunkRecord, [c.result() for c in chunks])
 
-    chunk_records = t.as_records(ChunkRecord, [c.result() for c in chunks])
-    summary = ExportSummary.model_validate(export_task(config, chunk_records, background_records, gallery_records,
-                                                       report, out.root_url))
+
+def export(config: BuildConfig, chunks: list[ChunkRecord], backgrounds: list[BackgroundRecord],
+           gallery: list[GalleryRecord], report: InputReport, cache_url: str, out: Store) -> ExportSummary:
+    """The export task, then the dataset's statistics, card and sample grid in the Prefect UI."""
+    export_task = t.cached(t.export, "export", cache_url)
+    summary = ExportSummary.model_validate(export_task(config, chunks, backgrounds, gallery, report, out.root_url))
     _publish(summary, out)
     return summary
 
@@ -89,11 +100,16 @@ def _gallery(config: BuildConfig, cache_url: str) -> tuple[list[GalleryRecord], 
 
 
 def _publish(summary: ExportSummary, out: Store) -> None:
-    """Dataset statistics and the card for the Prefect UI."""
+    """Dataset statistics, the card and a link to the sample grid for the Prefect UI."""
     create_table_artifact(key="dataset-counts", description=f"SynRail build at {summary.out_url}", table=[
         {"split": split, "images": n, "annotations": summary.annotations_per_split.get(split, 0)}
         for split, n in summary.images_per_split.items()])
+    create_table_artifact(key="dataset-classes", description="annotations per class", table=[
+        {"class": name, "annotations": n} for name, n in summary.annotations_per_class.items()])
     create_markdown_artifact(key="dataset-card", markdown=out.read_text("dataset_card.md"))
+    if out.exists("card/samples.png"):
+        create_link_artifact(key="dataset-samples", link=out.url("card/samples.png"),
+                             link_text="sample grid with boxes", description=f"samples of {summary.out_url}")
 
 
 def expected_task_runs(config: BuildConfig) -> int:

@@ -22,6 +22,7 @@ from synrail.train.detector import TrainConfig, TrainResult, frame_scorer, load_
     predict_coco, train_detector, uses_gpu
 from synrail.train.evaluate import EvalReport, TestSet, evaluate_coco, resolve_test_set, split_images
 from synrail.train.events import EventReport, event_accuracy, load_clips
+from synrail.versions import local_copy
 from synrail.train.tables import AblationResult, ModelResult, Table, artifact_key, events_table, metrics_table, \
     paper_tables, to_markdown, write_table
 
@@ -127,6 +128,16 @@ def train_and_evaluate(data_yaml: str, train: TrainConfig, eval_split: str | Non
         tables.append(events_table(events, f"{key}-events", f"{train.run_name} event accuracy"))
     publish(tables, out, f"{key}-report", f"{train.run_name} trained on {data_yaml}")
     return TrainEvaluateResult(train=trained, detection=detection, events=events, out_dir=out)
+
+
+@flow(name="train-latest-version", log_prints=True)
+def train_latest_version(dataset_url: str, train: TrainConfig, eval_split: str | None = "test",
+                         local_dir: str = "data/synrail") -> TrainEvaluateResult:
+    """Train and evaluate on the latest version of a versioned dataset (or on a plain export),
+    downloaded into ``local_dir`` first when it lives on an object store."""
+    data_yaml = local_copy(dataset_url, local_dir)
+    print(f"training on {data_yaml}")
+    return train_and_evaluate(str(data_yaml), train, eval_split)
 
 
 class ModelSpec(BaseModel):

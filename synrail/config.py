@@ -249,6 +249,12 @@ class ExecutionConfig(Section):
     cache_url: str | None = Field(default=None, description="task cache location; default OUT/.synrail/cache")
 
 
+class IngestConfig(Section):
+    """Incremental versions (``synrail.versions``): what each newly landed video adds."""
+
+    images_per_video: int = Field(default=50, ge=1, description="composites drawn on each new video's frames")
+
+
 class BuildConfig(Section):
     name: str = "synrail-demo"
     seed: int = Field(default=0, ge=0)
@@ -262,6 +268,7 @@ class BuildConfig(Section):
     compose: ComposeConfig = ComposeConfig()
     weather: WeatherConfig = WeatherConfig(mix={"none": 1.0})  # off unless a mix is configured
     quality: QualityConfig | None = None  # composite quality control: off unless configured
+    ingest: IngestConfig = IngestConfig()
     execution: ExecutionConfig = ExecutionConfig()
 
     @field_validator("classes")

@@ -18,6 +18,7 @@ class InputError(ValueError):
 
 
 class InputReport(Record):
+    videos: list[str] = []  # every video the build looked at, used or not
     quarantine: list[QuarantineRecord] = []
     unused_frames: list[UnusedFrame] = []
     skipped_obstacles: list[SkipRow] = []
@@ -26,6 +27,7 @@ class InputReport(Record):
 
 def input_report(videos: Sequence[VideoBackgrounds], sources: Sequence[GallerySourceResult]) -> InputReport:
     return InputReport(
+        videos=[v.video for v in videos],
         quarantine=[v.quarantine for v in videos if v.quarantine is not None],
         unused_frames=[f for v in videos for f in v.unused],
         skipped_obstacles=[s for r in sources for s in r.skipped],

@@ -351,14 +351,20 @@ def annotation_rows(index: int, composite: Composite, cfg: BuildConfig) -> list[
 
 
 def compose_chunk(cfg: BuildConfig, first: int, stop: int, backgrounds: Sequence[BackgroundRecord],
-                  gallery: Sequence[GalleryRecord], cache: Store, out: Store) -> ChunkRecord:
-    """Compose images ``first..stop-1``; write their JPEGs, YOLO labels and a Parquet chunk of rows."""
-    splits = image_splits(cfg)
+                  gallery: Sequence[GalleryRecord], cache: Store, out: Store,
+                  splits: Sequence[str] | None = None) -> ChunkRecord:
+    """Compose images ``first..stop-1``; write their JPEGs, YOLO labels and a Parquet chunk of rows.
+
+    ``splits`` gives the split of each of these images; by default the build's contiguous blocks
+    (an incremental version passes the splits of the videos it adds).
+    """
+    splits = list(splits) if splits is not None else image_splits(cfg)[first:stop]
+    if len(splits) != stop - first:
+        raise ValueError(f"compose_chunk {first}..{stop}: {len(splits)} splits for {stop - first} images")
     cutouts = gallery_by_class(cache, gallery)
     jpeg_params = [cv2.IMWRITE_JPEG_QUALITY, cfg.image.jpeg_quality]
     image_rows, all_annotations = [], []
-    for index in range(first, stop):
-        split = splits[index]
+    for index, split in zip(range(first, stop), splits):
         background, composite, condition, quality, attempts = compose_one(cfg, index, split, backgrounds, cutouts,
                                                                           cache)
         name = image_id(index)

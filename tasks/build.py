@@ -119,8 +119,9 @@ def prepare_gallery_source(cfg: BuildConfig, source_index: int, cache_url: str) 
 
 @task(name="compose-chunk", retries=2, retry_delay_seconds=1, **_COMMON)
 def compose_chunk(cfg: BuildConfig, first: int, stop: int, backgrounds: list[pipeline.BackgroundRecord],
-                  gallery: list[pipeline.GalleryRecord], cache_url: str, out_url: str) -> pipeline.ChunkRecord:
-    return pipeline.compose_chunk(cfg, first, stop, backgrounds, gallery, Store(cache_url), Store(out_url))
+                  gallery: list[pipeline.GalleryRecord], cache_url: str, out_url: str,
+                  splits: list[str] | None = None) -> pipeline.ChunkRecord:
+    return pipeline.compose_chunk(cfg, first, stop, backgrounds, gallery, Store(cache_url), Store(out_url), splits)
 
 
 @task(name="export-dataset", retries=2, retry_delay_seconds=1, **_COMMON)

@@ -122,3 +122,15 @@ def test_ablation_builds_every_variant_and_shares_the_backgrounds(tmp_path):
     cards = {n: (tmp_path / n / "dataset_card.md").read_text() for n in TABLE7_VARIANTS}
     assert "harmonize: none" in cards["baseline"] and "harmonize: lab" in cards["all"]
     assert "scale: linear" in cards["baseline"] and "scale: metric" in cards["rescale"]
+
+
+def test_the_build_publishes_its_statistics_card_and_samples_to_the_ui(first_build):
+    with get_client(sync_client=True) as client:
+        artifacts = {a.key: a for a in client.read_artifacts() if a.key}
+        progress = [a for a in client.read_artifacts() if a.type == "progress"]
+    assert {"dataset-counts", "dataset-classes", "dataset-card", "dataset-samples"} <= set(artifacts)
+    counts = json.loads(artifacts["dataset-counts"].data)
+    assert sum(row["images"] for row in counts) == load_config(TINY).num_images
+    assert "# " in artifacts["dataset-card"].data
+    assert artifacts["dataset-samples"].data.endswith("/card/samples.png)")  # a markdown link
+    assert progress and max(a.data for a in progress) == 100.0

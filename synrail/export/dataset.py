@@ -24,6 +24,22 @@ from synrail.pipeline import (SPLITS, ANNOTATION_SCHEMA, BackgroundRecord, Chunk
                               read_table, table_bytes)
 from synrail.store import Store
 
+BUILD_RECORDS = ".synrail/records.json"
+
+
+class BuildRecords(BaseModel):
+    """What an export was made from: enough for a later version to extend it (``synrail.versions``)."""
+
+    chunks: list[ChunkRecord]
+    backgrounds: list[BackgroundRecord]
+    gallery: list[GalleryRecord]
+    report: InputReport
+
+
+def read_build_records(out: Store) -> BuildRecords:
+    return BuildRecords.model_validate_json(out.read_text(BUILD_RECORDS))
+
+
 MANIFEST_ANNOTATION_SCHEMA = ANNOTATION_SCHEMA.append(pa.field("annotation_id", pa.int64())).append(
     pa.field("split", pa.string()))
 
@@ -93,6 +109,9 @@ def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds:
     card = dataset_card(cfg.content_dict(), images, annotations, [b.model_dump() for b in backgrounds],
                         cfg.classes, splits, report)
     out.write_text("dataset_card.md", card + "\n## Figures\n\n" + "\n".join(f"![{p}]({p})" for p in figures) + "\n")
+    records = BuildRecords(chunks=sorted(chunks, key=lambda c: c.first), backgrounds=list(backgrounds),
+                           gallery=list(gallery), report=report)
+    out.write_text(BUILD_RECORDS, records.model_dump_json())
     return ExportSummary(
         out_url=out.root_url,
         images_per_split=dict(Counter(r["split"] for r in images)),

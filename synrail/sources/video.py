@@ -88,6 +88,7 @@ def list_videos(root_url: str, storage_options: dict | None = None) -> list[Vide
     url = _as_url(root_url)
     fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
     root = root.rstrip("/")
+    fs.invalidate_cache(root)  # s3fs caches listings per process; a watcher must see new uploads
     if not fs.exists(root):
         raise FileNotFoundError(f"no such video folder or prefix: {url}")
     refs = []
