@@ -10,7 +10,11 @@ colour, exposure and contrast are perturbed (seeded: gain, colour cast, gamma, c
 backend harmonizes the same perturbed images, and the table gives MSE, foreground MSE (fMSE) and PSNR
 against the original, per sample and over all, with the fMSE cut against no harmonization.
 Target (issue "Harmonization you can measure"): the best classical backend cuts fMSE by >= 40 %.
-The classical defaults were tuned on --seed 1; report the default seed 0.
+The seeds are split: ``local``'s defaults were tuned on --seed 1 and --seed 3 only; the default
+--seed 0 (and --seed 2) are held out. The cut varies a lot from seed to seed (30 perturbations of 7
+objects; the coins, bright on a dark table, pull every ring-based estimate the wrong way): ``local``
+cuts fMSE by 41.6 % on seed 0 and 42.2 % on seed 2 (held out), 31.6 % and 28.6 % on seeds 1 and 3
+(tuning).
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ from synrail.compose.harmonization_benchmark import (evaluate_harmonizers, folde
                                                      skimage_samples, summarize)
 from synrail.compose.harmonizers import Harmonizer, make_harmonizer  # noqa: E402
 
+_TUNING_SEEDS = (1, 3)  # the seeds local's defaults were tuned on; report the others
+
 
 def backends(args: argparse.Namespace) -> dict[str, Harmonizer | None]:
     chosen: dict[str, Harmonizer | None] = {
         "none": None,
         "lab (today)": make_harmonizer("lab"),
         "local": make_harmonizer("local"),
-        "local grid=1": make_harmonizer("local", grid=1),
+        "local no cap": make_harmonizer("local", max_log_gain=float("inf")),
         "poisson normal": make_harmonizer("poisson", mode="normal"),
         "poisson mixed": make_harmonizer("poisson", mode="mixed"),
     }
@@ -76,7 +82,8 @@ def main() -> None:
             cv2.imwrite(str(args.overlays / f"{sample.name}.png"), mask_overlay(sample.image_bgr, sample.mask))
     harmonizers = backends(args)
     rows = evaluate_harmonizers(samples, harmonizers, n_perturbations=args.perturbations, seed=args.seed)
-    print(f"{len(samples)} samples x {args.perturbations} perturbations, seed {args.seed}\n")
+    split = "tuning: local's defaults were fitted on it" if args.seed in _TUNING_SEEDS else "held out from tuning"
+    print(f"{len(samples)} samples x {args.perturbations} perturbations, seed {args.seed} ({split})\n")
     print_table(summarize(rows), list(harmonizers))
 
 

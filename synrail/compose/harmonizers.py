@@ -6,8 +6,8 @@ object's pixels, and returns a new image in which only masked pixels differ — 
 mask so that no step remains at the object's edge. Backends:
 
 - ``GlobalLabHarmonizer``: today's default (``harmonize.harmonize_lab`` from a ring of background).
-- ``LocalStatsHarmonizer``: the same partial Lab statistics transfer, but toward a spatially varying
-  ring mean (an object half in shadow is matched per side), with the correction feathered at the edge.
+- ``LocalStatsHarmonizer``: exposure and colour cast matched to the ring's white point (von Kries,
+  shrunk toward no change), contrast partly to the ring's.
 - ``PoissonHarmonizer``: gradient-domain blending (``cv2.seamlessClone``).
 - ``TorchScriptHarmonizer`` / ``OnnxHarmonizer``: a user-supplied learned model (none is bundled).
 
@@ -69,22 +69,6 @@ def ring_mask(mask: np.ndarray, width_px: int) -> np.ndarray:
     return cv2.dilate(mask.astype(np.uint8), kernel).astype(bool) & ~mask
 
 
-def inside_distance(mask: np.ndarray) -> np.ndarray:
-    """Distance of each mask pixel to the nearest background pixel (1 on the edge); the image border
-    does not count as background, so an object cut by the frame is not feathered there."""
-    padded = np.pad(mask, 1, mode="edge").astype(np.uint8)
-    return cv2.distanceTransform(padded, cv2.DIST_L2, 3)[1:-1, 1:-1]
-
-
-def _bgr_to_lab(image_bgr: np.ndarray) -> np.ndarray:
-    return cv2.cvtColor(image_bgr.astype(np.float32) / 255.0, cv2.COLOR_BGR2Lab)
-
-
-def _lab_to_bgr_pixels(lab: np.ndarray) -> np.ndarray:
-    bgr = cv2.cvtColor(lab.reshape(-1, 1, 3).astype(np.float32), cv2.COLOR_Lab2BGR).reshape(-1, 3)
-    return np.clip(bgr * 255.0 + 0.5, 0, 255).astype(np.uint8)
-
-
 # --- classical -------------------------------------------------------------------------------------
 
 class GlobalLabHarmonizer(Harmonizer):
@@ -112,69 +96,68 @@ class GlobalLabHarmonizer(Harmonizer):
 
 
 class LocalStatsHarmonizer(Harmonizer):
-    """Partial Lab statistics transfer toward the *local* statistics of the surrounding ring.
+    """Von Kries correction toward the light of the paste site: the object's exposure and colour cast
+    are matched to the ring of background around it by their white points, partially.
 
-    The object keeps its own texture and colours; its luminance level and colour cast move by
-    ``strength`` (the cast by ``chroma_share`` of that) toward the ring's mean *near each pixel* —
-    the ring mean smoothed over about 1/``grid`` of the object's size, so a side next to shadow is
-    matched to the shadow. Its L contrast moves toward the ring's by ``contrast_share`` of
-    ``strength``. Within ``feather_px`` of the mask edge the correction ramps in, so half-object
-    edge pixels, which the paste blends with the background anyway, are only half corrected.
-    ``grid=1`` uses one statistic for the whole object.
+    A white point is the ``percentile`` of a region's luminance (for exposure) and of each channel
+    (for the cast) — the "white patch" of Retinex: surfaces under one light have similar highlights
+    whatever their own colour, which the region's *mean* confuses with the object's albedo (on the
+    bundled photographs the white points of object and ring differ by 0.23 in log, their means by 0.50).
+    The object is multiplied per channel by the ring-to-object white-point ratio raised to a shrinkage
+    exponent: the estimate mixes a real mismatch with the scene's own difference, and the expected
+    error is lowest at ``var(mismatch) / (var(mismatch) + var(scene))`` of the full correction
+    (about 0.6 for these numbers). The exposure change is then capped at ``max_log_gain``: a white
+    point far from the ring's is more likely the scene's (bright coins on a dark table) than a
+    mismatch. Finally the luminance contrast moves ``contrast_share`` of the way (in log) toward the ring's.
 
-    The defaults were tuned on ``benchmarks/harmonize.py --seed 1`` (fMSE); ``grid=2`` costs under a
-    point there against ``grid=1`` (that benchmark's perturbations are uniform over the object, so
-    per-side matching cannot win there) and is kept for objects standing half in shadow.
+    The defaults were tuned on ``benchmarks/harmonize.py --seed 1`` and ``--seed 3`` and are reported
+    on the held-out seeds 0 and 2.
     """
 
     name = "local"
 
-    def __init__(self, strength: float = 0.25, ring_px: int | None = None, grid: int = 2,
-                 chroma_share: float = 0.5, contrast_share: float = 2.5, feather_px: float = 1.5) -> None:
+    def __init__(self, strength: float = 0.8, cast_strength: float = 0.5, max_log_gain: float = 0.2,
+                 contrast_share: float = 0.3, percentile: float = 99.0, ring_px: int | None = None) -> None:
         self.strength = strength
-        self.ring_px = ring_px
-        self.grid = grid
-        self.chroma_share = chroma_share
+        self.cast_strength = cast_strength
+        self.max_log_gain = max_log_gain
         self.contrast_share = contrast_share
-        self.feather_px = feather_px
+        self.percentile = percentile
+        self.ring_px = ring_px
 
     def harmonize(self, composite_bgr: np.ndarray, mask: np.ndarray) -> np.ndarray:
         out = composite_bgr.copy()
-        if self.strength <= 0 or not mask.any():
+        if not mask.any():
             return out
         ring_px = self.ring_px or default_ring_px(mask)
         window = mask_window(mask, ring_px)
-        object_mask = mask[window]
-        ring = ring_mask(object_mask, ring_px)
-        if np.count_nonzero(ring) < _MIN_RING_PX:
+        image, object_mask = composite_bgr[window], mask[window]
+        ring = image[ring_mask(object_mask, ring_px)].astype(np.float32) / 255.0
+        if len(ring) < _MIN_RING_PX:
             return out
-        lab = _bgr_to_lab(composite_bgr[window])
-        corrected = self._corrected_object(lab, object_mask, ring)
-        out[window][object_mask] = _lab_to_bgr_pixels(corrected)
+        obj = image[object_mask].astype(np.float32) / 255.0
+        out[window][object_mask] = np.clip(self._corrected(obj, ring) * 255.0 + 0.5, 0, 255).astype(np.uint8)
         return out
 
-    def _corrected_object(self, lab: np.ndarray, object_mask: np.ndarray, ring: np.ndarray) -> np.ndarray:
-        obj = lab[object_mask]
-        obj_mean, obj_std = obj.mean(axis=0), obj.std(axis=0) + _EPS
-        ring_std = lab[ring][:, 0].std() + _EPS
-        share = np.array([1.0, self.chroma_share, self.chroma_share], dtype=np.float32) * self.strength
-        contrast = np.clip((ring_std / obj_std[0]) ** (self.strength * self.contrast_share), *_CONTRAST_LIMITS)
-        target = local_ring_mean(lab, ring, self.grid)[object_mask]
-        corrected = obj + share * (target - obj_mean)
-        corrected[:, 0] += (obj[:, 0] - obj_mean[0]) * (contrast - 1.0)
-        if self.feather_px > 0:
-            ramp = np.clip(inside_distance(object_mask)[object_mask] / self.feather_px, 0.0, 1.0)
-            corrected = obj + (corrected - obj) * ramp[:, None]
-        corrected[:, 0] = np.clip(corrected[:, 0], 0.0, 100.0)
-        return corrected
+    def _corrected(self, obj: np.ndarray, ring: np.ndarray) -> np.ndarray:
+        """``obj`` (N x 3 BGR in [0, 1]) matched to ``ring``'s light."""
+        log_gain = self.strength * np.log(self._white(_luminance(ring)) / self._white(_luminance(obj)))
+        log_gain = np.clip(log_gain, -self.max_log_gain, self.max_log_gain)
+        log_cast = np.log(self._white(ring) / self._white(obj))
+        log_cast -= log_cast.mean()  # the cast alone: its exposure part is log_gain's
+        corrected = obj * np.exp(log_gain + self.cast_strength * log_cast)
+        luminance = _luminance(corrected)
+        contrast = (_luminance(ring).std() + _EPS) / (luminance.std() + _EPS)
+        contrast = np.clip(contrast ** self.contrast_share, *_CONTRAST_LIMITS)
+        return corrected + ((luminance - luminance.mean()) * (contrast - 1.0))[:, None]
+
+    def _white(self, values: np.ndarray) -> np.ndarray:
+        return np.percentile(values, self.percentile, axis=0) + _EPS
 
 
-def local_ring_mean(lab: np.ndarray, ring: np.ndarray, grid: int) -> np.ndarray:
-    """Per-pixel mean of the ring's Lab values, weighted over about 1/``grid`` of the window;
-    ``grid <= 1``: the ring's global mean everywhere."""
-    if grid <= 1:
-        return np.broadcast_to(lab[ring].mean(axis=0), lab.shape)
-    return smooth_fill(lab, ring, grid)
+def _luminance(bgr: np.ndarray) -> np.ndarray:
+    """Rec. 601 luma of N x 3 BGR values."""
+    return bgr @ np.array([0.114, 0.587, 0.299], dtype=np.float32)
 
 
 def smooth_fill(values: np.ndarray, known: np.ndarray, cells: int) -> np.ndarray:
