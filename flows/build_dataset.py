@@ -9,9 +9,10 @@ from prefect import flow, unmapped
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_progress_artifact, \
     create_table_artifact, update_progress_artifact
 from prefect.futures import as_completed
-from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.runtime import flow_run
 
 from flows.prefect_env import wait_for_task_runs_recorded
+from flows.runners import task_runner_for
 from synrail.config import BuildConfig
 from synrail.export.dataset import ExportSummary
 from synrail.output import cache_url as build_cache_url
@@ -19,6 +20,7 @@ from synrail.output import claim_output
 from synrail.config import ProceduralSource
 from synrail.gallery import GallerySourceResult, needs_gpu
 from synrail.inputs import InputReport, check_inputs, input_report
+from synrail.lock import build_lock
 from synrail.pipeline import BackgroundRecord, ChunkRecord, GalleryRecord, chunk_ranges, procedural_classes
 from synrail.video_stage import VideoBackgrounds, source_videos, video_split_plan
 from synrail.store import Store
@@ -28,12 +30,17 @@ from tasks import build as t
 @flow(name="build-dataset", log_prints=True)
 def build_dataset(config: BuildConfig, out_url: str, overwrite: bool = False,
                   show_progress: bool = False) -> ExportSummary:
-    """Build the dataset ``config`` describes into ``out_url``."""
+    """Build the dataset ``config`` describes into ``out_url``, holding its lock throughout."""
     out = Store(out_url)
+    with build_lock(out, owner=f"flow run {flow_run.name} ({flow_run.id})"):
+        return _build_into(config, out, overwrite, show_progress)
+
+
+def _build_into(config: BuildConfig, out: Store, overwrite: bool, show_progress: bool) -> ExportSummary:
     claim_output(out, config, overwrite)
     cache_url = build_cache_url(config, out)
     background_records, videos = _backgrounds(config, cache_url)
-    gallery_records, sources = _gallery(config, cache_url)
+    gallery_records, sources = gather_gallery(config, cache_url)
     report = input_report(videos, sources)
     check_inputs(config, background_records, gallery_records, report)
     plan = [(first, stop, None) for first, stop in chunk_ranges(config.num_images, config.execution.chunk_size)]
@@ -83,7 +90,8 @@ def _backgrounds(config: BuildConfig, cache_url: str) -> tuple[list[BackgroundRe
     return [record for video in videos for record in video.records], videos
 
 
-def _gallery(config: BuildConfig, cache_url: str) -> tuple[list[GalleryRecord], list[GallerySourceResult]]:
+def gather_gallery(config: BuildConfig, cache_url: str
+                   ) -> tuple[list[GalleryRecord], list[GallerySourceResult]]:
     """One task per procedural class, one per real source (tagged ``gpu`` when it runs a model)."""
     procedural_task = t.cached(t.prepare_obstacles, "obstacles", cache_url)
     source_task = t.cached(t.prepare_gallery_source, "gallery-source", cache_url)
@@ -124,9 +132,9 @@ def expected_task_runs(config: BuildConfig) -> int:
 
 def build_with_runner(config: BuildConfig, out_url: str, overwrite: bool = False,
                       show_progress: bool = False) -> ExportSummary:
-    """Run :func:`build_dataset` with a thread pool bounded by ``execution.max_workers``, and return
+    """Run :func:`build_dataset` on the task runner ``execution`` names (``flows.runners``), and return
     only once the server has recorded all its task runs (see ``prefect_env``)."""
-    runner = ThreadPoolTaskRunner(max_workers=config.execution.max_workers)
+    runner = task_runner_for(config)
     state = build_dataset.with_options(task_runner=runner)(config, out_url, overwrite, show_progress,
                                                            return_state=True)
     wait_for_task_runs_recorded(state.state_details.flow_run_id, expected_task_runs(config),

@@ -16,6 +16,7 @@ from rich.table import Table
 from flows.prefect_env import configure_prefect_environment
 from flows.train_cli import add_commands as add_train_commands
 from synrail.config import BuildConfig, ConfigError, load_config, parse_override
+from synrail.lock import OutputLocked, build_lock
 from synrail.output import OutputConflict, claim_output
 from synrail.store import Store, StoreError
 
@@ -96,12 +97,17 @@ def build_command(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     try:
-        claim_output(Store(args.out), config, args.overwrite)  # refuse early, before any flow run starts
-    except (OutputConflict, StoreError) as err:
+        out = Store(args.out)
+        with build_lock(out, owner="synrail build"):  # refuse early, before any flow run starts
+            claim_output(out, config, args.overwrite)
+    except (OutputConflict, OutputLocked, StoreError) as err:
         console.print(f"[red]error:[/red] {err}", highlight=False)
         return 2
     try:
         summary = build_with_runner(config, args.out, show_progress=not args.no_progress and console.is_terminal)
+    except OutputLocked as err:  # another build started between our check and the flow run
+        console.print(f"[red]error:[/red] {err}", highlight=False)
+        return 2
     except Exception as err:  # the flow run's own log has the traceback
         console.print(f"[red]build failed:[/red] {type(err).__name__}: {err}", highlight=False)
         return 1

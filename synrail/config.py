@@ -245,8 +245,29 @@ class ExecutionConfig(Section):
     """How the build runs. Never changes what it produces, so it is left out of the build hash."""
 
     chunk_size: int = Field(default=50, ge=1)
-    max_workers: int = Field(default=2, ge=1, le=256)
+    max_workers: int = Field(default=2, ge=1, le=256, description="threads runner: threads; dask or ray without "
+                                                                  "an address: local worker processes / CPUs")
     cache_url: str | None = Field(default=None, description="task cache location; default OUT/.synrail/cache")
+    task_runner: Literal["threads", "dask", "ray"] = Field(
+        default="threads", description="threads in the flow's process, Dask worker processes, or Ray")
+    dask_address: str | None = Field(default=None, description="dask: an existing scheduler, tcp://host:8786")
+    ray_address: str | None = Field(default=None, description="ray: an existing cluster, auto or ray://host:10001")
+
+    @field_validator("dask_address", "ray_address")
+    @classmethod
+    def _an_address(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and (not value.strip() or any(c.isspace() for c in value)):
+            raise ValueError(f"{info.field_name} must be an address like tcp://host:8786, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _settings_of_the_chosen_runner(self) -> "ExecutionConfig":
+        misplaced = [name for name, runner in [("dask_address", "dask"), ("ray_address", "ray")]
+                     if getattr(self, name) is not None and self.task_runner != runner]
+        if misplaced:
+            raise ValueError(f"{', '.join(misplaced)} applies only to another task_runner; task_runner is "
+                             f"{self.task_runner!r}")
+        return self
 
 
 class IngestConfig(Section):

@@ -11,6 +11,7 @@ from synrail.config import BuildConfig, ProceduralSource
 from synrail.export.dataset import ExportSummary, export_dataset
 from synrail.gallery import prepare_gallery_source
 from synrail.inputs import InputReport, check_inputs, input_report
+from synrail.lock import build_lock
 from synrail.output import cache_url, claim_output
 from synrail.store import Store
 from synrail.video_stage import prepare_video_backgrounds, source_videos, video_split_plan
@@ -42,6 +43,11 @@ def gather_inputs(cfg: BuildConfig, cache: Store) -> tuple[list[pipeline.Backgro
 
 def build_in_process(cfg: BuildConfig, out_url: str, overwrite: bool = False) -> ExportSummary:
     out = Store(out_url)
+    with build_lock(out, owner="build_in_process"):
+        return _build_into(cfg, out, overwrite)
+
+
+def _build_into(cfg: BuildConfig, out: Store, overwrite: bool) -> ExportSummary:
     claim_output(out, cfg, overwrite)
     cache = Store(cache_url(cfg, out))
     backgrounds, gallery, report = gather_inputs(cfg, cache)

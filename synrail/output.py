@@ -6,6 +6,7 @@ import json
 
 from synrail import __version__
 from synrail.config import BuildConfig
+from synrail.lock import LOCK_FILE
 from synrail.store import Store
 
 BUILD_MARKER = ".synrail/build.json"
@@ -14,6 +15,12 @@ BUILD_MARKER = ".synrail/build.json"
 def cache_url(cfg: BuildConfig, out: Store) -> str:
     """Where a build's caches live: ``execution.cache_url``, else inside the output."""
     return cfg.execution.cache_url or out.url(".synrail/cache")
+
+
+def _contents(out: Store) -> list[str]:
+    """What the output holds besides the build lock (the lock is held while claiming)."""
+    names = [n for n in out.list("") if n != ".synrail"]
+    return names + [f".synrail/{n}" for n in out.list(".synrail") if f".synrail/{n}" != LOCK_FILE]
 
 
 class OutputConflict(RuntimeError):
@@ -28,7 +35,7 @@ def claim_output(out: Store, cfg: BuildConfig, overwrite: bool) -> bool:
     overwrite never deletes files SynRail did not write.
     """
     marker = {"build_hash": cfg.build_hash(), "name": cfg.name, "synrail_version": __version__}
-    if not out.is_empty():
+    if _contents(out):
         if not out.exists(BUILD_MARKER):
             raise OutputConflict(f"{out.root_url} is not empty and holds no SynRail build; choose an empty "
                                  "or new folder for --out")
@@ -39,8 +46,9 @@ def claim_output(out: Store, cfg: BuildConfig, overwrite: bool) -> bool:
             raise OutputConflict(f"{out.root_url} holds a different build ({previous.get('name')}, build hash "
                                  f"{previous.get('build_hash')}; this config's is {marker['build_hash']}). "
                                  "Pass --overwrite to replace it, or choose another --out.")
-        for name in out.list(""):
+        for name in _contents(out):
             out.remove(name)
+    out.remove_partial_writes()  # a killed build's half-written temporaries; we hold the lock
     out.check_writable()
     out.write_text(BUILD_MARKER, json.dumps(marker, sort_keys=True))
     return False

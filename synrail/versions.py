@@ -28,6 +28,7 @@ from pathlib import Path
 from synrail.config import BuildConfig
 from synrail.export.dataset import BuildRecords, read_build_records
 from synrail.inputs import InputReport
+from synrail.output import OutputConflict, claim_output
 from synrail.pipeline import SPLITS, BackgroundRecord, ChunkRecord, Record, read_table
 from synrail.sources.video import VideoRef
 from synrail.store import Store
@@ -102,6 +103,15 @@ def publish(root: Store, info: VersionInfo) -> None:
             tmp.unlink()
         os.symlink(f"versions/{info.version}", tmp)
         os.replace(tmp, link)  # rename over the old link: atomic on POSIX
+
+
+def claim_version_folder(out: Store, cfg: BuildConfig) -> None:
+    """Make ``out`` ready for a new version. It was never published (ids come from the pointer), so
+    what a crashed run left there is reused when it is this build, and replaced when it is another."""
+    try:
+        claim_output(out, cfg, overwrite=False)
+    except OutputConflict:
+        claim_output(out, cfg, overwrite=True)
 
 
 def unchanged_reason(cfg: BuildConfig, root: Store, listed: Sequence[VideoRef]) -> str | None:

@@ -1,0 +1,108 @@
+"""The Prefect task runner a build's ``execution`` section asks for.
+
+- ``threads``: a thread pool of ``max_workers`` in the flow's own process (the default).
+- ``dask``: worker processes, one thread each, so the GIL does not serialise composition; a local
+  cluster of ``max_workers``, or the scheduler at ``dask_address``. Tasks
+  tagged ``gpu`` also ask Dask for the abstract resource ``GPU: 1``, but only when some worker
+  declares that resource (``dask-worker --resources GPU=1``): a request no worker can meet would
+  wait for ever, so on a CPU-only cluster they run like any other task.
+- ``ray``: a local Ray instance of ``max_workers`` CPUs, or the cluster at ``ray_address``.
+
+In every worker process OpenCV is held to one thread: its pool ignores ``OMP_NUM_THREADS`` (which
+Dask and Ray already set to 1 for torch and BLAS), and one pool per worker process would
+oversubscribe the cores.
+
+dask and ray are imported only when asked for, so the default build does not pay for them.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import Any
+
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
+
+from synrail.config import BuildConfig, ExecutionConfig
+
+GPU_TAG = "gpu"
+# OpenCV reads this when its thread pool starts; for Ray workers, which we do not set up ourselves
+OPENCV_ONE_THREAD = {"OPENCV_FOR_THREADS_NUM": "1"}
+
+
+class TaskRunnerUnavailable(RuntimeError):
+    """The configured task runner's package is not installed."""
+
+
+def task_runner_for(config: BuildConfig) -> TaskRunner:
+    """A fresh task runner for ``config.execution`` (a runner is entered once per flow run)."""
+    execution = config.execution
+    if execution.task_runner == "dask":
+        return dask_task_runner(execution)
+    if execution.task_runner == "ray":
+        return ray_task_runner(execution)
+    return ThreadPoolTaskRunner(max_workers=execution.max_workers)
+
+
+def dask_task_runner(execution: ExecutionConfig) -> TaskRunner:
+    runner_class = _dask_runner_class()
+    if execution.dask_address:
+        return runner_class(address=execution.dask_address)
+    return runner_class(cluster_kwargs={"n_workers": execution.max_workers, "threads_per_worker": 1,
+                                        "processes": True, "dashboard_address": None})
+
+
+def ray_task_runner(execution: ExecutionConfig) -> TaskRunner:
+    task_runners = _import("prefect_ray.task_runners", "ray", 'pip install "synrail[ray]"')
+    init_kwargs: dict[str, Any] = {"runtime_env": {"env_vars": OPENCV_ONE_THREAD}}
+    if not execution.ray_address:
+        init_kwargs["num_cpus"] = execution.max_workers
+    return task_runners.RayTaskRunner(address=execution.ray_address, init_kwargs=init_kwargs)
+
+
+def _import(module: str, runner: str, install: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise TaskRunnerUnavailable(f"execution.task_runner {runner!r} needs {module.split('.')[0]}, which is "
+                                    f"not installed ({exc}); install it with: {install}") from exc
+
+
+@functools.cache
+def _dask_runner_class() -> type[TaskRunner]:
+    """DaskTaskRunner plus the GPU resource and the one-thread OpenCV (defined here: dask is imported lazily)."""
+    task_runners = _import("prefect_dask.task_runners", "dask", 'pip install "prefect-dask>=0.3.7"')
+    import dask
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class OneOpenCVThread(WorkerPlugin):
+        idempotent = True  # once per worker, however many flow runs connect
+
+        def setup(self, worker: Any) -> None:
+            import cv2
+
+            cv2.setNumThreads(1)
+
+    class SynRailDaskTaskRunner(task_runners.DaskTaskRunner):
+        def __enter__(self) -> "SynRailDaskTaskRunner":
+            super().__enter__()
+            # a plugin reaches the workers of an existing cluster too, and those that join later
+            self.client.register_plugin(OneOpenCVThread(), name="synrail-one-opencv-thread")
+            self._gpu_workers: bool | None = None
+            return self
+
+        def submit(self, task: Any, parameters: dict[str, Any], wait_for: Any = None,
+                   dependencies: Any = None) -> Any:
+            if GPU_TAG in task.tags and self.has_gpu_workers():
+                with dask.annotate(resources={"GPU": 1}):
+                    return super().submit(task, parameters, wait_for, dependencies)
+            return super().submit(task, parameters, wait_for, dependencies)
+
+        def has_gpu_workers(self) -> bool:
+            """Whether any worker declares a ``GPU`` resource (asked once per flow run)."""
+            if self._gpu_workers is None:
+                workers = self.client.scheduler_info(n_workers=-1)["workers"].values()
+                self._gpu_workers = any(w.get("resources", {}).get("GPU", 0) > 0 for w in workers)
+            return self._gpu_workers
+
+    return SynRailDaskTaskRunner
