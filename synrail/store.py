@@ -17,6 +17,7 @@ import hashlib
 import io
 import logging
 import os
+import posixpath
 import re
 import uuid
 from collections.abc import Callable
@@ -120,6 +121,13 @@ class Store:
         except (FileNotFoundError, NotADirectoryError):
             return []
         return sorted(os.path.basename(str(e).rstrip("/")) for e in entries)
+
+    def find(self, rel: str) -> list[str]:
+        """Every file below ``rel``, as paths relative to the root (empty when ``rel`` does not exist)."""
+        if not self.exists(rel):
+            return []
+        found = self.with_retries(self.fs.find, self.path(rel))
+        return sorted(posixpath.relpath(str(p), self.root_path) for p in found)
 
     def is_empty(self) -> bool:
         return not self.exists("") or not self.list("")

@@ -168,11 +168,9 @@ def copy_tree(source: Store, target: Store, rel: str) -> int:
     On one local disk files are hard-linked (free, and safe: SynRail replaces files by rename and
     never writes into one). On one object store, the store copies them itself.
     """
-    if not source.exists(rel):
-        return 0
-    files = [f for f in source.fs.find(source.path(rel)) if not posixpath.basename(f).startswith(".")]
-    for path in files:
-        relative = posixpath.join(rel, posixpath.relpath(path, source.path(rel)))
+    files = [f for f in source.find(rel) if not posixpath.basename(f).startswith(".")]
+    for relative in files:
+        path = source.path(relative)
         if source.is_local and target.is_local:
             destination = target.local_path(relative)
             destination.parent.mkdir(parents=True, exist_ok=True)
@@ -183,7 +181,7 @@ def copy_tree(source: Store, target: Store, rel: str) -> int:
             except OSError:  # another device, or no hard links here
                 target.write_bytes(relative, source.read_bytes(relative))
         elif type(source.fs) is type(target.fs) and source.storage_options == target.storage_options:
-            source.fs.copy(path, target.path(relative))
+            source.with_retries(source.fs.copy, path, target.path(relative))
         else:
             target.write_bytes(relative, source.read_bytes(relative))
     return len(files)
@@ -205,10 +203,7 @@ def prune_unreferenced(out: Store, chunks: Sequence[ChunkRecord]) -> list[str]:
             keep.add(row["file_name"].replace("images/", "labels/", 1).rsplit(".", 1)[0] + ".txt")
     removed = []
     for folder in ("images", "labels"):
-        if not out.exists(folder):
-            continue
-        for path in out.fs.find(out.path(folder)):
-            relative = posixpath.relpath(path, out.path(""))
+        for relative in out.find(folder):
             if relative not in keep:
                 out.remove(relative)
                 removed.append(relative)
@@ -234,7 +229,7 @@ def local_copy(dataset_url: str, folder: str | Path) -> Path:
     if not (target / "data.yaml").exists():
         partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
         shutil.rmtree(partial, ignore_errors=True)
-        source.fs.get(source.path("") + "/", str(partial), recursive=True)
+        source.with_retries(source.fs.get, source.path("") + "/", str(partial), recursive=True)
         shutil.rmtree(target, ignore_errors=True)
         partial.rename(target)
     return target / "data.yaml"

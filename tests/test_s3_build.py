@@ -64,3 +64,21 @@ def test_build_from_a_video_bucket_into_a_dataset_bucket(s3_env, tmp_path):
     assert again.returncode == 0, again.stdout + again.stderr
     fs.invalidate_cache()
     assert {p: fs.info(p)["LastModified"] for p in fs.find(f"{BUCKET}/datasets/tiny/images")} == stamps
+    assert not fs.exists(f"{BUCKET}/datasets/tiny/.synrail/lock")  # each build let go of the lock
+
+
+def test_the_build_lock_is_a_conditional_put_on_s3(s3_env, monkeypatch):
+    from synrail.lock import OutputLocked, build_lock
+    from synrail.store import Store
+
+    for name, value in s3_env.items():
+        monkeypatch.setenv(name, value)
+    out = Store(f"s3://{BUCKET}-lock/ds")
+    out.fs.mkdir(f"{BUCKET}-lock")
+    assert out.create_exclusive("probe", b"1") and not out.create_exclusive("probe", b"2")
+    assert out.read_bytes("probe") == b"1"
+    with build_lock(out, owner="first build"):
+        with pytest.raises(OutputLocked, match="first build"):
+            with build_lock(Store(out.root_url), owner="second build"):
+                pass
+    assert not out.exists(".synrail/lock")
