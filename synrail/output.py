@@ -39,6 +39,7 @@ def claim_output(out: Store, cfg: BuildConfig, overwrite: bool) -> bool:
         if not out.exists(BUILD_MARKER):
             raise OutputConflict(f"{out.root_url} is not empty and holds no SynRail build; choose an empty "
                                  "or new folder for --out")
+        out.remove_partial_writes()  # a killed build's half-written temporaries; the caller holds the lock
         previous = json.loads(out.read_text(BUILD_MARKER))
         if previous.get("build_hash") == marker["build_hash"] and not overwrite:
             return True
@@ -48,7 +49,6 @@ def claim_output(out: Store, cfg: BuildConfig, overwrite: bool) -> bool:
                                  "Pass --overwrite to replace it, or choose another --out.")
         for name in _contents(out):
             out.remove(name)
-    out.remove_partial_writes()  # a killed build's half-written temporaries; we hold the lock
     out.check_writable()
     out.write_text(BUILD_MARKER, json.dumps(marker, sort_keys=True))
     return False

@@ -134,3 +134,22 @@ def test_the_real_sources_example_config_is_valid():
 def test_video_source_without_its_section_is_refused():
     with pytest.raises(ConfigError, match="backgrounds.video.url"):
         load_config(ROOT / "configs/tiny.yaml", {"backgrounds.source": "video"})
+
+
+def test_a_rerun_sweeps_up_the_temporaries_a_killed_build_left(tmp_path):
+    cfg = load_config(ROOT / "configs/tiny.yaml")
+    out = Store(str(tmp_path / "out"))
+    claim_output(out, cfg, overwrite=False)
+    partial = tmp_path / "out" / "manifest" / f".images.parquet.{'ab' * 16}.tmp"
+    partial.parent.mkdir()
+    partial.write_bytes(b"half")
+    keep = tmp_path / "out" / "manifest" / ".notes.tmp"  # not a name SynRail writes
+    keep.write_text("mine")
+    assert claim_output(out, cfg, overwrite=False) is True
+    assert not partial.exists() and keep.exists()
+    foreign = tmp_path / "foreign" / f".a.{'cd' * 16}.tmp"
+    foreign.parent.mkdir()
+    foreign.write_bytes(b"x")
+    with pytest.raises(OutputConflict):
+        claim_output(Store(str(tmp_path / "foreign")), cfg, overwrite=False)
+    assert foreign.exists()  # nothing is deleted from a folder SynRail did not write
