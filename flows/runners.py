@@ -26,6 +26,11 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from synrail.config import BuildConfig, ExecutionConfig
 
 GPU_TAG = "gpu"
+# Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536; setting it at all turns off glibc's
+# adaptive mmap threshold, so every image-sized array is a fresh mmap, page-faulted and unmapped: a
+# background took 2.3 s instead of 0.7 s (benchmarks/scale.py). None unsets it for local clusters;
+# remote workers need the same (deployments/README.md).
+KEEP_GLIBC_MMAP_THRESHOLD = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 # OpenCV reads this when its thread pool starts; for Ray workers, which we do not set up ourselves
 OPENCV_ONE_THREAD = {"OPENCV_FOR_THREADS_NUM": "1"}
 
@@ -85,9 +90,10 @@ def _dask_runner_class() -> type[TaskRunner]:
 
     class SynRailDaskTaskRunner(task_runners.DaskTaskRunner):
         def __enter__(self) -> "SynRailDaskTaskRunner":
-            super().__enter__()
-            # a plugin reaches the workers of an existing cluster too, and those that join later
-            self.client.register_plugin(OneOpenCVThread(), name="synrail-one-opencv-thread")
+            with dask.config.set(KEEP_GLIBC_MMAP_THRESHOLD):  # read when a local cluster's nannies start
+                super().__enter__()
+                # a plugin reaches the workers of an existing cluster too, and those that join later
+                self.client.register_plugin(OneOpenCVThread(), name="synrail-one-opencv-thread")
             self._gpu_workers: bool | None = None
             return self
 

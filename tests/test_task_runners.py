@@ -47,6 +47,22 @@ def test_dask_workers_build_the_same_dataset_as_threads(harness, tmp_path):
     assert filecmp.cmpfiles(threads, dask, jpegs, shallow=False)[0] == jpegs
 
 
+def worker_settings() -> tuple[str | None, int]:
+    import os
+
+    import cv2
+
+    return os.environ.get("MALLOC_TRIM_THRESHOLD_"), cv2.getNumThreads()
+
+
+def test_local_dask_workers_keep_glibc_adaptive_and_opencv_on_one_thread(harness):
+    with runners.task_runner_for(load_config(TINY, {"execution.task_runner": "dask",
+                                                    "execution.max_workers": 2})) as runner:
+        settings = runner.client.run(worker_settings)
+    # Dask's default MALLOC_TRIM_THRESHOLD_ made each image-sized array a fresh mmap (3x slower)
+    assert len(settings) == 2 and set(settings.values()) == {(None, 1)}
+
+
 def test_the_runner_follows_the_config():
     assert isinstance(runners.task_runner_for(load_config(TINY)), ThreadPoolTaskRunner)
     local = runners.task_runner_for(load_config(TINY, {"execution.task_runner": "dask", "execution.max_workers": 3}))

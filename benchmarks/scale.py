@@ -1,0 +1,97 @@
+"""Scale-out figures (issue 6): Dask with two workers against one, and the flow's overhead over the
+plain library loop at 1,000 and 10,000 images.
+
+    python benchmarks/scale.py [--dask-images 400] [--overhead-images 1000 10000]
+
+Prints, from one run, on a machine left otherwise idle:
+1. wall time of the whole build flow (backgrounds, gallery, compose, export) on prefect-dask's
+   local cluster of one worker process, then of two, each into a fresh output, so nothing is
+   cached; the default config at 1280x720, chunks of 25. Target: two workers >= 1.8x one.
+2. wall time of the build flow (threads runner, one worker) over ``build_in_process`` (the same
+   library calls in a plain loop) on the tiny config (320x192), where per-task costs weigh most.
+The ephemeral Prefect server is started before any timing; its start is printed apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from synrail.config import BuildConfig, load_config  # noqa: E402
+from synrail.local_build import build_in_process  # noqa: E402
+
+
+def start_prefect(work: Path) -> float:
+    """Start the ephemeral Prefect server; return how long that took."""
+    os.environ.setdefault("PREFECT_HOME", str(work / "prefect-home"))
+    from flows.prefect_env import configure_prefect_environment
+
+    configure_prefect_environment(verbose=False)
+    from prefect import flow
+
+    started = time.perf_counter()
+    flow(name="warm-up")(lambda: None)()
+    return time.perf_counter() - started
+
+
+def timed_flow(cfg: BuildConfig, out: Path) -> float:
+    from flows.build_dataset import build_with_runner
+
+    started = time.perf_counter()
+    summary = build_with_runner(cfg, str(out))
+    seconds = time.perf_counter() - started
+    assert sum(summary.images_per_split.values()) == cfg.num_images, summary
+    return seconds
+
+
+def dask_workers(n: int, work: Path) -> None:
+    seconds = {}
+    for workers in (1, 2):
+        cfg = load_config(ROOT / "configs/default.yaml", {
+            "num_images": n, "execution.chunk_size": 25, "execution.task_runner": "dask",
+            "execution.max_workers": workers})
+        seconds[workers] = timed_flow(cfg, work / f"dask-{workers}")
+        print(f"{n} images, default config, Dask local cluster of {workers} worker process(es): "
+              f"{seconds[workers]:.1f} s ({n / seconds[workers]:.1f} images/s, cluster start included)", flush=True)
+    print(f"  speed-up, 2 workers over 1 = {seconds[1] / seconds[2]:.2f}x  (target >= 1.80x on two cores)")
+
+
+def overhead(n: int, work: Path) -> None:
+    cfg = load_config(ROOT / "configs/tiny.yaml", {"num_images": n, "execution.chunk_size": 50,
+                                                   "execution.max_workers": 1})
+    started = time.perf_counter()
+    build_in_process(cfg, str(work / f"loop-{n}"))
+    loop_s = time.perf_counter() - started
+    flow_s = timed_flow(cfg, work / f"flow-{n}")
+    from flows.build_dataset import expected_task_runs
+
+    tasks = expected_task_runs(cfg)
+    print(f"{n} images, tiny config ({cfg.image.width}x{cfg.image.height}), 1 worker, {tasks} task runs: "
+          f"plain loop {loop_s:.1f} s, build flow {flow_s:.1f} s", flush=True)
+    print(f"  flow / loop = {flow_s / loop_s:.3f}  ({(flow_s - loop_s) / tasks * 1000:+.0f} ms per task run)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dask-images", type=int, default=400, help="0 to skip")
+    parser.add_argument("--overhead-images", type=int, nargs="*", default=[1000, 10000])
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} cores, {len(os.sched_getaffinity(0))} usable", flush=True)
+    with tempfile.TemporaryDirectory(prefix="synrail-scale-") as tmp:
+        work = Path(tmp)
+        print(f"ephemeral Prefect server start: {start_prefect(work):.1f} s (once per process, not timed below)")
+        if args.dask_images:
+            dask_workers(args.dask_images, work)
+        for n in args.overhead_images:
+            overhead(n, work)
+
+
+if __name__ == "__main__":
+    main()
