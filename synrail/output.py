@@ -7,7 +7,7 @@ import json
 from synrail import __version__
 from synrail.config import BuildConfig
 from synrail.lock import LOCK_FILE
-from synrail.store import Store
+from synrail.store import PARTIAL_WRITE, WRITE_PROBE, Store
 
 BUILD_MARKER = ".synrail/build.json"
 
@@ -18,9 +18,11 @@ def cache_url(cfg: BuildConfig, out: Store) -> str:
 
 
 def _contents(out: Store) -> list[str]:
-    """What the output holds besides the build lock (the lock is held while claiming)."""
-    names = [n for n in out.list("") if n != ".synrail"]
-    return names + [f".synrail/{n}" for n in out.list(".synrail") if f".synrail/{n}" != LOCK_FILE]
+    """What the output holds besides the build lock (held while claiming) and what a build killed
+    before writing its marker may have left: a write probe, half-written temporaries."""
+    names = [n for n in out.list("") if n != ".synrail" and not n.startswith(WRITE_PROBE)]
+    return names + [f".synrail/{n}" for n in out.list(".synrail")
+                    if f".synrail/{n}" != LOCK_FILE and not PARTIAL_WRITE.match(n)]
 
 
 class OutputConflict(RuntimeError):
@@ -49,6 +51,11 @@ def claim_output(out: Store, cfg: BuildConfig, overwrite: bool) -> bool:
                                  "Pass --overwrite to replace it, or choose another --out.")
         for name in _contents(out):
             out.remove(name)
+    # all that is left is ours: a killed claim's write probe or half-written marker
+    for name in out.list(""):
+        if name.startswith(WRITE_PROBE):
+            out.remove(name)
+    out.remove_partial_writes()
     out.check_writable()
     out.write_text(BUILD_MARKER, json.dumps(marker, sort_keys=True))
     return False

@@ -35,6 +35,7 @@ PERMANENT_ERRORS = (FileNotFoundError, FileExistsError, PermissionError, IsADire
 RETRY_ATTEMPTS = 6
 RETRY_WAIT_S = 0.25  # first wait; doubles up to RETRY_MAX_WAIT_S: about 8 s in all before giving up
 RETRY_MAX_WAIT_S = 4.0
+WRITE_PROBE = ".synrail-write-probe-"
 PARTIAL_WRITE = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -196,7 +197,7 @@ class Store:
 
     def check_writable(self) -> None:
         """Fail early, naming the URL, when the root cannot be written."""
-        probe = f".synrail-write-probe-{uuid.uuid4().hex}"
+        probe = f"{WRITE_PROBE}{uuid.uuid4().hex}"
         self.write_bytes(probe, b"")
         self.remove(probe)
 

@@ -126,8 +126,12 @@ def test_ablation_builds_every_variant_and_shares_the_backgrounds(tmp_path):
 
 def test_the_build_publishes_its_statistics_card_and_samples_to_the_ui(first_build):
     with get_client(sync_client=True) as client:
-        artifacts = {a.key: a for a in client.read_artifacts() if a.key}
-        progress = [a for a in client.read_artifacts() if a.type == "progress"]
+        everything = client.read_artifacts()
+    # other tests in this module publish under the same keys: keep this build's flow run only
+    run_id = next(a.flow_run_id for a in everything
+                  if a.key == "dataset-counts" and a.description.endswith(first_build.as_posix()))
+    artifacts = {a.key: a for a in everything if a.key and a.flow_run_id == run_id}
+    progress = [a for a in everything if a.type == "progress" and a.flow_run_id == run_id]
     assert {"dataset-counts", "dataset-classes", "dataset-card", "dataset-samples"} <= set(artifacts)
     counts = json.loads(artifacts["dataset-counts"].data)
     assert sum(row["images"] for row in counts) == load_config(TINY).num_images

@@ -153,3 +153,13 @@ def test_a_rerun_sweeps_up_the_temporaries_a_killed_build_left(tmp_path):
     with pytest.raises(OutputConflict):
         claim_output(Store(str(tmp_path / "foreign")), cfg, overwrite=False)
     assert foreign.exists()  # nothing is deleted from a folder SynRail did not write
+
+
+def test_a_claim_killed_before_its_marker_does_not_block_the_rerun(tmp_path):
+    cfg = load_config(ROOT / "configs/tiny.yaml")
+    out = tmp_path / "out"
+    (out / ".synrail").mkdir(parents=True)
+    (out / f".synrail-write-probe-{'0' * 32}").write_bytes(b"")
+    (out / ".synrail" / f".build.json.{'ef' * 16}.tmp").write_bytes(b'{"build_')
+    assert claim_output(Store(str(out)), cfg, overwrite=False) is False
+    assert sorted(p.name for p in out.rglob("*")) == [".synrail", "build.json"]
