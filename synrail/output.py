@@ -25,6 +25,15 @@ def _contents(out: Store) -> list[str]:
                     if f".synrail/{n}" != LOCK_FILE and not PARTIAL_WRITE.match(n)]
 
 
+def _remove_leftovers(out: Store) -> None:
+    """What a killed build left in an output that is SynRail's: write probes, half-written files
+    (the caller holds the lock, so no live build is writing them)."""
+    for name in out.list(""):
+        if name.startswith(WRITE_PROBE):
+            out.remove(name)
+    out.remove_partial_writes()
+
+
 class OutputConflict(RuntimeError):
     """The output already holds something other than this build."""
 
@@ -37,11 +46,12 @@ def claim_output(out: Store, cfg: BuildConfig, overwrite: bool) -> bool:
     overwrite never deletes files SynRail did not write.
     """
     marker = {"build_hash": cfg.build_hash(), "name": cfg.name, "synrail_version": __version__}
-    if _contents(out):
-        if not out.exists(BUILD_MARKER):
-            raise OutputConflict(f"{out.root_url} is not empty and holds no SynRail build; choose an empty "
-                                 "or new folder for --out")
-        out.remove_partial_writes()  # a killed build's half-written temporaries; the caller holds the lock
+    contents = _contents(out)
+    if contents and not out.exists(BUILD_MARKER):
+        raise OutputConflict(f"{out.root_url} is not empty and holds no SynRail build; choose an empty "
+                             "or new folder for --out")
+    _remove_leftovers(out)
+    if contents:
         previous = json.loads(out.read_text(BUILD_MARKER))
         if previous.get("build_hash") == marker["build_hash"] and not overwrite:
             return True
@@ -49,13 +59,8 @@ def claim_output(out: Store, cfg: BuildConfig, overwrite: bool) -> bool:
             raise OutputConflict(f"{out.root_url} holds a different build ({previous.get('name')}, build hash "
                                  f"{previous.get('build_hash')}; this config's is {marker['build_hash']}). "
                                  "Pass --overwrite to replace it, or choose another --out.")
-        for name in _contents(out):
+        for name in contents:
             out.remove(name)
-    # all that is left is ours: a killed claim's write probe or half-written marker
-    for name in out.list(""):
-        if name.startswith(WRITE_PROBE):
-            out.remove(name)
-    out.remove_partial_writes()
     out.check_writable()
     out.write_text(BUILD_MARKER, json.dumps(marker, sort_keys=True))
     return False

@@ -130,9 +130,6 @@ class Store:
         found = self.with_retries(self.fs.find, self.path(rel))
         return sorted(posixpath.relpath(str(p), self.root_path) for p in found)
 
-    def is_empty(self) -> bool:
-        return not self.exists("") or not self.list("")
-
     # -- writing ----------------------------------------------------------------------------
     def write_bytes(self, rel: str, data: bytes) -> str:
         """Write atomically and return the sha256 of ``data``."""
