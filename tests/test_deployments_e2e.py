@@ -82,6 +82,8 @@ def test_uploaded_video_fires_the_incremental_run(services_env, tmp_path):
         fs.put_file(str(write_video(tmp_path / "line2.avi", cab_frames(2, 4))), f"{BUCKET}/videos/line2.avi")
         prefect(env, "deployment", "run", "watch-videos/watch-videos")
         latest = wait_for_version(fs, "v0002", worker_log, timeout_s=240)
+        # the pointer is switched before the run reports Completed: wait for that before the worker stops
+        triggered = wait_for_triggered_run(env, "line2.avi", worker_log, timeout_s=60)
     finally:
         stop(worker)
 
@@ -93,10 +95,21 @@ def test_uploaded_video_fires_the_incremental_run(services_env, tmp_path):
     new = [r for r in images if backgrounds[r["background_id"]] == "video:line2.avi"]
     assert len(new) == 4 and all(fs.exists(f"{version}/{r['file_name']}") for r in new)
     assert fs.exists(f"{BUCKET}/dataset/versions/v0001/data.yaml")  # the old version stays readable
+    assert triggered["state_type"] == "COMPLETED", f"the event's run did not complete: {triggered}"
 
-    runs = api_post(env, "flow_runs/filter", {"flows": {"name": {"any_": ["ingest-new-videos"]}}})
-    triggered = [r for r in runs if (r["parameters"].get("video_url") or "").endswith("line2.avi")]
-    assert triggered and triggered[0]["state_type"] == "COMPLETED", f"no completed run for the event: {runs}"
+
+def wait_for_triggered_run(env: dict[str, str], video: str, worker_log: Path, timeout_s: float) -> dict:
+    """The ingest run the watcher's event started for ``video``, once it has reached a final state."""
+    deadline = time.monotonic() + timeout_s
+    runs: list[dict] = []
+    while time.monotonic() < deadline:
+        runs = api_post(env, "flow_runs/filter", {"flows": {"name": {"any_": ["ingest-new-videos"]}}})
+        triggered = [r for r in runs if (r["parameters"].get("video_url") or "").endswith(video)]
+        if triggered and triggered[0]["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return triggered[0]
+        time.sleep(1)
+    raise TimeoutError(f"no finished ingest run for {video} after {timeout_s} s: {runs}\n"
+                       f"worker log:\n{worker_log.read_text()[-5000:]}")
 
 
 def api_post(env: dict[str, str], path: str, body: dict) -> list[dict]:
