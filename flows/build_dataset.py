@@ -4,6 +4,8 @@ them. Entry point for ``synrail build`` and for prefect.yaml."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from prefect import flow, unmapped
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_progress_artifact, \
@@ -39,8 +41,11 @@ def build_dataset(config: BuildConfig, out_url: str, overwrite: bool = False,
 def _build_into(config: BuildConfig, out: Store, overwrite: bool, show_progress: bool) -> ExportSummary:
     claim_output(out, config, overwrite)
     cache_url = build_cache_url(config, out)
-    background_records, videos = _backgrounds(config, cache_url)
-    gallery_records, sources = gather_gallery(config, cache_url)
+    # both stages are submitted before either is awaited: no worker idles through one stage's last tasks
+    collect_backgrounds = submit_backgrounds(config, cache_url)
+    collect_gallery = submit_gallery(config, cache_url)
+    background_records, videos = collect_backgrounds()
+    gallery_records, sources = collect_gallery()
     report = input_report(videos, sources)
     check_inputs(config, background_records, gallery_records, report)
     plan = [(first, stop, None) for first, stop in chunk_ranges(config.num_images, config.execution.chunk_size)]
@@ -76,23 +81,28 @@ def export(config: BuildConfig, chunks: list[ChunkRecord], backgrounds: list[Bac
     return summary
 
 
-def _backgrounds(config: BuildConfig, cache_url: str) -> tuple[list[BackgroundRecord], list[VideoBackgrounds]]:
-    """One task per procedural background, or one per video."""
+def submit_backgrounds(config: BuildConfig, cache_url: str
+                       ) -> Callable[[], tuple[list[BackgroundRecord], list[VideoBackgrounds]]]:
+    """Submit one task per procedural background, or one per video; return what waits for their records."""
     if config.backgrounds.source == "procedural":
         task = t.cached(t.prepare_background, "background", cache_url)
         futures = task.map(unmapped(config), range(config.backgrounds.count), unmapped(cache_url))
-        return t.as_records(BackgroundRecord, futures.result()), []
+        return lambda: (t.as_records(BackgroundRecord, futures.result()), [])
     refs = source_videos(config)
     plan = video_split_plan(config, refs)
     task = t.cached(t.prepare_video, "video", cache_url)
-    futures = task.map(unmapped(config), refs, [plan[r.name] for r in refs], unmapped(cache_url))
-    videos = t.as_records(VideoBackgrounds, futures.result())
-    return [record for video in videos for record in video.records], videos
+    video_futures = task.map(unmapped(config), refs, [plan[r.name] for r in refs], unmapped(cache_url))
+
+    def collect() -> tuple[list[BackgroundRecord], list[VideoBackgrounds]]:
+        videos = t.as_records(VideoBackgrounds, video_futures.result())
+        return [record for video in videos for record in video.records], videos
+    return collect
 
 
-def gather_gallery(config: BuildConfig, cache_url: str
-                   ) -> tuple[list[GalleryRecord], list[GallerySourceResult]]:
-    """One task per procedural class, one per real source (tagged ``gpu`` when it runs a model)."""
+def submit_gallery(config: BuildConfig, cache_url: str
+                   ) -> Callable[[], tuple[list[GalleryRecord], list[GallerySourceResult]]]:
+    """Submit one task per procedural class, one per real source (tagged ``gpu`` when it runs a model);
+    return what waits for their records."""
     procedural_task = t.cached(t.prepare_obstacles, "obstacles", cache_url)
     source_task = t.cached(t.prepare_gallery_source, "gallery-source", cache_url)
     procedural, real = [], []
@@ -102,9 +112,12 @@ def gather_gallery(config: BuildConfig, cache_url: str
         else:
             tags = ["gpu"] if needs_gpu(config, index) else []
             real.append(source_task.with_options(tags=tags).submit(config, index, cache_url))
-    records = t.as_records(GalleryRecord, [r for f in procedural for r in f.result()])
-    sources = t.as_records(GallerySourceResult, [f.result() for f in real])
-    return records + [r for s in sources for r in s.records], sources
+
+    def collect() -> tuple[list[GalleryRecord], list[GallerySourceResult]]:
+        records = t.as_records(GalleryRecord, [r for f in procedural for r in f.result()])
+        sources = t.as_records(GallerySourceResult, [f.result() for f in real])
+        return records + [r for s in sources for r in s.records], sources
+    return collect
 
 
 def _publish(summary: ExportSummary, out: Store) -> None:

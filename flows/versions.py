@@ -12,7 +12,7 @@ from typing import Any
 from prefect import flow, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from flows.build_dataset import build_dataset, compose_chunks, export, gather_gallery
+from flows.build_dataset import build_dataset, compose_chunks, export, submit_gallery
 from synrail.config import BuildConfig, load_config
 from synrail.export.dataset import read_build_records
 from synrail.inputs import input_report
@@ -95,10 +95,10 @@ def _incremental_version(config: BuildConfig, root: Store, parent_version: str, 
     parent = carry_over(version_store(root, parent_version), out)
     video_task = t.cached(t.prepare_video, "video", cache_url)
     splits = [video_split(config, ref.name) for ref in new]
-    videos = t.as_records(VideoBackgrounds,
-                          video_task.map(unmapped(config), new, splits, unmapped(cache_url)).result())
+    video_futures = video_task.map(unmapped(config), new, splits, unmapped(cache_url))
+    gallery, sources = submit_gallery(config, cache_url)()  # cached by the parent's build, mostly
+    videos = t.as_records(VideoBackgrounds, video_futures.result())
     new_backgrounds = [record for video in videos for record in video.records]
-    gallery, sources = gather_gallery(config, cache_url)
     backgrounds, report = merged_records(parent, new_backgrounds, input_report(videos, sources))
     first = sum(c.num_images for c in parent.chunks)
     new_chunks = compose_chunks(config, incremental_plan(config, first, new_backgrounds), new_backgrounds, gallery,

@@ -16,7 +16,7 @@ from synrail.config import (BuildConfig, CocoSource, DiffusionSource, PennFudanS
                             RockFolderSource)
 from synrail.pipeline import STREAM_GALLERY, GalleryRecord, Record, rng_for
 from synrail.segment.cache import MaskCache
-from synrail.segment.sam import load_segmenter
+from synrail.segment.loader import load_segmenter
 from synrail.sources.cutouts import ExtractedCutout, extract_cutouts
 from synrail.sources.diffusion import DiffusionCache, expand_prompts, load_generator, subject_prompt
 from synrail.sources.frame_filters import UltralyticsDetector

@@ -18,7 +18,7 @@ from synrail.pipeline import (SPLITS, STREAM_SPLIT, BackgroundRecord, Record, de
                               split_counts)
 from synrail.rail.detect import detect_track
 from synrail.rail.estimate import SegmentationModelTrack, estimate_geometry, refine_with_segmenter
-from synrail.segment.sam import load_segmenter
+from synrail.segment.loader import load_segmenter
 from synrail.sources.video import VideoRef, list_videos
 from synrail.sources.video_backgrounds import QuarantineRecord, extract_video_backgrounds
 from synrail.store import Store, sha256_bytes

@@ -138,3 +138,34 @@ def test_the_build_publishes_its_statistics_card_and_samples_to_the_ui(first_bui
     assert "# " in artifacts["dataset-card"].data
     assert artifacts["dataset-samples"].data.endswith("/card/samples.png)")  # a markdown link
     assert progress and max(a.data for a in progress) == 100.0
+
+
+
+class RecordingTaskRunner(ThreadPoolTaskRunner):
+    """Threads, recording every submission and every wait for a result, in order."""
+    events: list[tuple[str, str]] = []
+
+    def submit(self, task, parameters, wait_for=None, dependencies=None):
+        self.events.append(("submit", task.name))
+        future = super().submit(task, parameters, wait_for, dependencies)
+        wait = future.result
+
+        def recorded_result(*args, **kwargs):
+            self.events.append(("result", task.name))
+            return wait(*args, **kwargs)
+        future.result = recorded_result
+        return future
+
+
+def test_backgrounds_and_gallery_are_submitted_together(tmp_path):
+    """Every obstacle task is queued before the flow waits for any background, so no worker idles
+    through the backgrounds' last tasks."""
+    RecordingTaskRunner.events = []
+    cfg = load_config(TINY)
+    state = build_dataset.with_options(task_runner=RecordingTaskRunner(max_workers=2))(
+        cfg, str(tmp_path / "out"), return_state=True)
+    assert state.is_completed()
+    events = RecordingTaskRunner.events
+    last_obstacle_submitted = max(i for i, e in enumerate(events) if e == ("submit", "prepare-obstacles"))
+    first_background_awaited = events.index(("result", "prepare-background"))
+    assert last_obstacle_submitted < first_background_awaited, events

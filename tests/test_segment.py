@@ -10,7 +10,8 @@ from segment_anything import sam_model_registry
 from synrail.segment.base import MaskResult, Prompt
 from synrail.segment.cache import MaskCache
 from synrail.segment.grabcut import GrabCutSegmenter
-from synrail.segment.sam import CheckpointError, SamSegmenter, checkpoint_sha256, load_segmenter
+from synrail.segment.loader import load_segmenter
+from synrail.segment.sam import CheckpointError, SamSegmenter, checkpoint_sha256
 from synrail.store import Store
 from tiny_models import build_tiny_sam
 
@@ -249,3 +250,17 @@ def test_mask_cache_rows_and_compaction(tmp_path):
     reader = CountingSegmenter(GrabCutSegmenter())
     MaskCache(store).segment_cached(reader, image, "img", [Prompt(box=(0, 0, 50, 50)), Prompt(box=loose_box(truth))])
     assert reader.calls == []
+
+
+def test_the_default_build_starts_without_torch():
+    """Every Dask or Ray worker imports the task module; torch and SAM cost it ~9 s and the default
+    build never uses them, so they are imported only when a config chooses SAM."""
+    import subprocess
+    import sys
+
+    heavy = ("torch", "segment_anything", "diffusers", "ultralytics")
+    probe = ("import sys, tasks.build, flows.build_dataset; "
+             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=Path(__file__).resolve().parents[1],
+                            capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]", result.stdout

@@ -16,7 +16,6 @@ from segment_anything import SamPredictor, sam_model_registry
 from segment_anything.modeling import Sam
 
 from synrail.segment.base import MaskResult, Prompt, Segmenter, as_bgr8, postprocess_mask
-from synrail.segment.grabcut import GrabCutSegmenter
 
 SamModelType = Literal["vit_b", "vit_l", "vit_h"]
 HASH_CHUNK_BYTES = 1 << 20
@@ -143,33 +142,3 @@ def _sha256_of_file(path: str, size: int, mtime_ns: int) -> str:
         for chunk in iter(lambda: fh.read(HASH_CHUNK_BYTES), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def resolve_backend(backend: str, checkpoint: str | None) -> Literal["sam", "grabcut"]:
-    if backend == "auto":
-        return "sam" if checkpoint else "grabcut"
-    if backend == "sam" and not checkpoint:
-        raise ValueError("the 'sam' segmenter backend needs a checkpoint path")
-    if backend not in ("sam", "grabcut"):
-        raise ValueError(f"unknown segmenter backend {backend!r} (expected 'auto', 'sam' or 'grabcut')")
-    return backend  # type: ignore[return-value]
-
-
-_load_lock = threading.Lock()
-
-
-def load_segmenter(backend: str, checkpoint: str | None, model_type: str = "vit_h", device: str = "cpu") -> Segmenter:
-    """The segmenter for these settings, built once per process (a model loads once per worker)."""
-    chosen = resolve_backend(backend, checkpoint)
-    if chosen == "grabcut":
-        return _cached_segmenter("grabcut", None, "", "")
-    resolved = str(Path(checkpoint).expanduser().resolve())  # type: ignore[arg-type]  # checked above
-    with _load_lock:  # threads asking at once must not load the same model twice
-        return _cached_segmenter("sam", resolved, model_type, device)
-
-
-@functools.lru_cache(maxsize=4)
-def _cached_segmenter(backend: str, checkpoint: str | None, model_type: str, device: str) -> Segmenter:
-    if backend == "grabcut":
-        return GrabCutSegmenter()
-    return SamSegmenter(checkpoint, model_type, device)  # type: ignore[arg-type]
