@@ -8,6 +8,11 @@
   wait for ever, so on a CPU-only cluster they run like any other task.
 - ``ray``: a local Ray instance of ``max_workers`` CPUs, or the cluster at ``ray_address``.
 
+Workers of a local cluster are told the API this process talks to (``PREFECT_API_URL``): without it
+each worker process started an ephemeral Prefect server of its own on its first task (about 12 s
+before the first task ran, and one more server competing for the cores). Remote workers need
+``PREFECT_API_URL`` set on their machines (deployments/README.md).
+
 In every worker process OpenCV is held to one thread: its pool ignores ``OMP_NUM_THREADS`` (which
 Dask and Ray already set to 1 for torch and BLAS), and one pool per worker process would
 oversubscribe the cores.
@@ -62,7 +67,16 @@ def ray_task_runner(execution: ExecutionConfig) -> TaskRunner:
     init_kwargs: dict[str, Any] = {"runtime_env": {"env_vars": OPENCV_ONE_THREAD}}
     if not execution.ray_address:
         init_kwargs["num_cpus"] = execution.max_workers
+        init_kwargs["runtime_env"]["env_vars"] = {**OPENCV_ONE_THREAD, "PREFECT_API_URL": api_url_for_workers()}
     return task_runners.RayTaskRunner(address=execution.ray_address, init_kwargs=init_kwargs)
+
+
+def api_url_for_workers() -> str:
+    """The Prefect API this process uses: its settings' or the ephemeral server it has started."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return str(client.api_url).rstrip("/")
 
 
 def _import(module: str, runner: str, install: str) -> Any:
@@ -90,11 +104,17 @@ def _dask_runner_class() -> type[TaskRunner]:
 
     class SynRailDaskTaskRunner(task_runners.DaskTaskRunner):
         def __enter__(self) -> "SynRailDaskTaskRunner":
-            with dask.config.set(KEEP_GLIBC_MMAP_THRESHOLD):  # read when a local cluster's nannies start
+            self._gpu_workers: bool | None = None
+            if _in_dask_worker():
+                # Prefect enters a copy of the flow's runner around every task run in a worker; it
+                # must stay lazy there (setting up here made a Prefect and a Dask client per task)
+                return super().__enter__()
+            # read when a local cluster's nannies start its workers
+            with dask.config.set({**KEEP_GLIBC_MMAP_THRESHOLD,
+                                  "distributed.nanny.pre-spawn-environ.PREFECT_API_URL": api_url_for_workers()}):
                 super().__enter__()
                 # a plugin reaches the workers of an existing cluster too, and those that join later
                 self.client.register_plugin(OneOpenCVThread(), name="synrail-one-opencv-thread")
-            self._gpu_workers: bool | None = None
             return self
 
         def submit(self, task: Any, parameters: dict[str, Any], wait_for: Any = None,
@@ -112,3 +132,13 @@ def _dask_runner_class() -> type[TaskRunner]:
             return self._gpu_workers
 
     return SynRailDaskTaskRunner
+
+
+def _in_dask_worker() -> bool:
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True

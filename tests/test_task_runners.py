@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from prefect.settings import PREFECT_API_URL
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.testing.utilities import prefect_test_harness
 
@@ -47,20 +48,22 @@ def test_dask_workers_build_the_same_dataset_as_threads(harness, tmp_path):
     assert filecmp.cmpfiles(threads, dask, jpegs, shallow=False)[0] == jpegs
 
 
-def worker_settings() -> tuple[str | None, int]:
+def worker_settings() -> tuple[str | None, int, str | None]:
     import os
 
     import cv2
 
-    return os.environ.get("MALLOC_TRIM_THRESHOLD_"), cv2.getNumThreads()
+    return os.environ.get("MALLOC_TRIM_THRESHOLD_"), cv2.getNumThreads(), os.environ.get("PREFECT_API_URL")
 
 
-def test_local_dask_workers_keep_glibc_adaptive_and_opencv_on_one_thread(harness):
+def test_local_dask_workers_share_our_api_keep_glibc_adaptive_and_opencv_on_one_thread(harness):
     with runners.task_runner_for(load_config(TINY, {"execution.task_runner": "dask",
                                                     "execution.max_workers": 2})) as runner:
         settings = runner.client.run(worker_settings)
-    # Dask's default MALLOC_TRIM_THRESHOLD_ made each image-sized array a fresh mmap (3x slower)
-    assert len(settings) == 2 and set(settings.values()) == {(None, 1)}
+    # Dask's default MALLOC_TRIM_THRESHOLD_ made each image-sized array a fresh mmap (3x slower);
+    # a worker without our API URL started an ephemeral server of its own
+    api_url = PREFECT_API_URL.value()
+    assert api_url and len(settings) == 2 and set(settings.values()) == {(None, 1, api_url)}
 
 
 def test_the_runner_follows_the_config():
