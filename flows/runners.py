@@ -64,10 +64,11 @@ def dask_task_runner(execution: ExecutionConfig) -> TaskRunner:
 
 def ray_task_runner(execution: ExecutionConfig) -> TaskRunner:
     task_runners = _import("prefect_ray.task_runners", "ray", 'pip install "synrail[ray]"')
-    init_kwargs: dict[str, Any] = {"runtime_env": {"env_vars": OPENCV_ONE_THREAD}}
+    env_vars = dict(OPENCV_ONE_THREAD)
+    init_kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env_vars}}
     if not execution.ray_address:
         init_kwargs["num_cpus"] = execution.max_workers
-        init_kwargs["runtime_env"]["env_vars"] = {**OPENCV_ONE_THREAD, "PREFECT_API_URL": api_url_for_workers()}
+        env_vars["PREFECT_API_URL"] = api_url_for_workers()
     return task_runners.RayTaskRunner(address=execution.ray_address, init_kwargs=init_kwargs)
 
 
