@@ -110,9 +110,10 @@ def _dask_runner_class() -> type[TaskRunner]:
                 # Prefect enters a copy of the flow's runner around every task run in a worker; it
                 # must stay lazy there (setting up here made a Prefect and a Dask client per task)
                 return super().__enter__()
-            # read when a local cluster's nannies start its workers
+            # read when a local cluster's nannies start its workers; ``nanny.environ`` is set in the
+            # worker only (``pre-spawn-environ`` also lands in this process's environment, for good)
             with dask.config.set({**KEEP_GLIBC_MMAP_THRESHOLD,
-                                  "distributed.nanny.pre-spawn-environ.PREFECT_API_URL": api_url_for_workers()}):
+                                  "distributed.nanny.environ.PREFECT_API_URL": api_url_for_workers()}):
                 super().__enter__()
                 # a plugin reaches the workers of an existing cluster too, and those that join later
                 self.client.register_plugin(OneOpenCVThread(), name="synrail-one-opencv-thread")

@@ -2,6 +2,7 @@
 missing package fail with a message that says what to do."""
 
 import filecmp
+import os
 import importlib.util
 import sys
 from pathlib import Path
@@ -57,6 +58,7 @@ def worker_settings() -> tuple[str | None, int, str | None]:
 
 
 def test_local_dask_workers_share_our_api_keep_glibc_adaptive_and_opencv_on_one_thread(harness):
+    our_environment = os.environ.get("PREFECT_API_URL")
     with runners.task_runner_for(load_config(TINY, {"execution.task_runner": "dask",
                                                     "execution.max_workers": 2})) as runner:
         settings = runner.client.run(worker_settings)
@@ -64,6 +66,8 @@ def test_local_dask_workers_share_our_api_keep_glibc_adaptive_and_opencv_on_one_
     # a worker without our API URL started an ephemeral server of its own
     api_url = PREFECT_API_URL.value()
     assert api_url and len(settings) == 2 and set(settings.values()) == {(None, 1, api_url)}
+    # and only the workers are told: a URL left in this process would outlive its server
+    assert os.environ.get("PREFECT_API_URL") == our_environment
 
 
 def test_the_runner_follows_the_config():
