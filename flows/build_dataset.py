@@ -83,11 +83,14 @@ def export(config: BuildConfig, chunks: list[ChunkRecord], backgrounds: list[Bac
 
 def submit_backgrounds(config: BuildConfig, cache_url: str
                        ) -> Callable[[], tuple[list[BackgroundRecord], list[VideoBackgrounds]]]:
-    """Submit one task per procedural background, or one per video; return what waits for their records."""
+    """Submit one task per ``execution.backgrounds_per_task`` procedural backgrounds (one each by default),
+    or one per video; return what waits for their records."""
     if config.backgrounds.source == "procedural":
-        task = t.cached(t.prepare_background, "background", cache_url)
-        futures = task.map(unmapped(config), range(config.backgrounds.count), unmapped(cache_url))
-        return lambda: (t.as_records(BackgroundRecord, futures.result()), [])
+        task = t.cached(t.prepare_backgrounds, "background", cache_url)
+        groups = background_groups(config)
+        futures = task.map(unmapped(config), [first for first, _ in groups], [stop for _, stop in groups],
+                           unmapped(cache_url))
+        return lambda: (t.as_records(BackgroundRecord, [r for group in futures.result() for r in group]), [])
     refs = source_videos(config)
     plan = video_split_plan(config, refs)
     task = t.cached(t.prepare_video, "video", cache_url)
@@ -97,6 +100,11 @@ def submit_backgrounds(config: BuildConfig, cache_url: str
         videos = t.as_records(VideoBackgrounds, video_futures.result())
         return [record for video in videos for record in video.records], videos
     return collect
+
+
+def background_groups(config: BuildConfig) -> list[tuple[int, int]]:
+    """(first, stop) of the procedural backgrounds each task renders."""
+    return chunk_ranges(config.backgrounds.count, config.execution.backgrounds_per_task)
 
 
 def submit_gallery(config: BuildConfig, cache_url: str
@@ -136,7 +144,7 @@ def _publish(summary: ExportSummary, out: Store) -> None:
 def expected_task_runs(config: BuildConfig) -> int:
     """How many task runs one build makes (the flow above, counted)."""
     chunks = len(chunk_ranges(config.num_images, config.execution.chunk_size))
-    backgrounds = (config.backgrounds.count if config.backgrounds.source == "procedural"
+    backgrounds = (len(background_groups(config)) if config.backgrounds.source == "procedural"
                    else len(source_videos(config)))
     gallery = sum(len(procedural_classes(config, s)) if isinstance(s, ProceduralSource) else 1
                   for s in config.gallery.sources)

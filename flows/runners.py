@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import uuid
 from typing import Any
 
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
@@ -36,6 +37,9 @@ GPU_TAG = "gpu"
 # background took 2.3 s instead of 0.7 s (benchmarks/scale.py). None unsets it for local clusters;
 # remote workers need the same (deployments/README.md).
 KEEP_GLIBC_MMAP_THRESHOLD = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+# Dask's statistical profiler samples every worker thread each 10 ms to feed the dashboard, which a
+# local cluster here runs without: ~6 % of a worker's Python time on a build
+NO_WORKER_PROFILER = {"distributed.worker.profile.enabled": False}
 # OpenCV reads this when its thread pool starts; for Ray workers, which we do not set up ourselves
 OPENCV_ONE_THREAD = {"OPENCV_FOR_THREADS_NUM": "1"}
 
@@ -112,7 +116,7 @@ def _dask_runner_class() -> type[TaskRunner]:
                 return super().__enter__()
             # read when a local cluster's nannies start its workers; ``nanny.environ`` is set in the
             # worker only (``pre-spawn-environ`` also lands in this process's environment, for good)
-            with dask.config.set({**KEEP_GLIBC_MMAP_THRESHOLD,
+            with dask.config.set({**KEEP_GLIBC_MMAP_THRESHOLD, **NO_WORKER_PROFILER,
                                   "distributed.nanny.environ.PREFECT_API_URL": api_url_for_workers()}):
                 super().__enter__()
                 # a plugin reaches the workers of an existing cluster too, and those that join later
@@ -123,8 +127,22 @@ def _dask_runner_class() -> type[TaskRunner]:
                    dependencies: Any = None) -> Any:
             if GPU_TAG in task.tags and self.has_gpu_workers():
                 with dask.annotate(resources={"GPU": 1}):
-                    return super().submit(task, parameters, wait_for, dependencies)
-            return super().submit(task, parameters, wait_for, dependencies)
+                    return self._submit_with_key(task, parameters, wait_for, dependencies)
+            return self._submit_with_key(task, parameters, wait_for, dependencies)
+
+        def _submit_with_key(self, task: Any, parameters: dict[str, Any], wait_for: Any,
+                             dependencies: Any) -> Any:
+            """``DaskTaskRunner.submit`` with a Dask key of our own: without one Dask makes it by
+            tokenizing the task and every parameter (cloudpickling what it cannot hash), a third of
+            this process's CPU on a build (prefect#18191); a Prefect task run is never deduplicated by
+            that key anyway, since its fresh task-run id is among the arguments."""
+            if not self._started:
+                raise RuntimeError("The task runner must be started before submitting work.")
+            future = self.client.submit(
+                task, key=f"{task.name}-{uuid.uuid4().hex}", parameters=self._optimize_futures(parameters),
+                wait_for=self._optimize_futures(wait_for) if wait_for else None, dependencies=dependencies,
+                return_type="state")
+            return task_runners.PrefectDaskFuture(wrapped_future=future, task_run_id=future.task_run_id)
 
         def has_gpu_workers(self) -> bool:
             """Whether any worker declares a ``GPU`` resource (asked once per flow run)."""

@@ -244,7 +244,10 @@ class ComposeConfig(Section):
 class ExecutionConfig(Section):
     """How the build runs. Never changes what it produces, so it is left out of the build hash."""
 
-    chunk_size: int = Field(default=50, ge=1)
+    chunk_size: int = Field(default=50, ge=1, description="images composed per task run")
+    backgrounds_per_task: int = Field(default=1, ge=1, description=(
+        "procedural backgrounds rendered per task run: one shows each in the UI; more make fewer task runs, "
+        "each of which costs Prefect and Dask about 0.2 s of CPU (benchmarks/scale.py)"))
     max_workers: int = Field(default=2, ge=1, le=256, description="threads runner: threads; dask or ray without "
                                                                   "an address: local worker processes / CPUs")
     cache_url: str | None = Field(default=None, description="task cache location; default OUT/.synrail/cache")

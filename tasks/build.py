@@ -97,9 +97,10 @@ def as_records(model: type[BaseModel], values: list[Any]) -> list[Any]:
 _COMMON = {"persist_result": True, "result_serializer": "json"}
 
 
-@task(name="prepare-background", retries=1, **_COMMON)
-def prepare_background(cfg: BuildConfig, index: int, cache_url: str) -> pipeline.BackgroundRecord:
-    return pipeline.prepare_background(cfg, index, Store(cache_url))
+@task(name="prepare-backgrounds", retries=1, **_COMMON)
+def prepare_backgrounds(cfg: BuildConfig, first: int, stop: int, cache_url: str) -> list[pipeline.BackgroundRecord]:
+    cache = Store(cache_url)
+    return [pipeline.prepare_background(cfg, index, cache) for index in range(first, stop)]
 
 
 @task(name="prepare-obstacles", retries=1, **_COMMON)

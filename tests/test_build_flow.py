@@ -79,7 +79,9 @@ def test_rerun_into_the_same_output_recomputes_nothing(first_build):
 
 def test_same_seed_gives_identical_bytes_whatever_the_chunking(first_build, tmp_path):
     other = tmp_path / "rechunked"
-    cfg = load_config(TINY, {"execution.chunk_size": 5, "execution.max_workers": 1})
+    cfg = load_config(TINY, {"execution.chunk_size": 5, "execution.backgrounds_per_task": 3,
+                             "execution.max_workers": 1})
+    assert expected_task_runs(cfg) == -(-cfg.backgrounds.count // 3) + len(cfg.classes) + -(-cfg.num_images // 5) + 1
     build_with_runner(cfg, str(other))
     files = dataset_files(first_build)
     assert files == dataset_files(other)
@@ -167,5 +169,5 @@ def test_backgrounds_and_gallery_are_submitted_together(tmp_path):
     assert state.is_completed()
     events = RecordingTaskRunner.events
     last_obstacle_submitted = max(i for i, e in enumerate(events) if e == ("submit", "prepare-obstacles"))
-    first_background_awaited = events.index(("result", "prepare-background"))
+    first_background_awaited = events.index(("result", "prepare-backgrounds"))
     assert last_obstacle_submitted < first_background_awaited, events

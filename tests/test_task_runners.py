@@ -6,8 +6,10 @@ import os
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from prefect import task
 from prefect.settings import PREFECT_API_URL
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.testing.utilities import prefect_test_harness
@@ -49,12 +51,13 @@ def test_dask_workers_build_the_same_dataset_as_threads(harness, tmp_path):
     assert filecmp.cmpfiles(threads, dask, jpegs, shallow=False)[0] == jpegs
 
 
-def worker_settings() -> tuple[str | None, int, str | None]:
+def worker_settings(dask_worker: Any) -> tuple[str | None, int, str | None, bool]:
     import os
 
     import cv2
 
-    return os.environ.get("MALLOC_TRIM_THRESHOLD_"), cv2.getNumThreads(), os.environ.get("PREFECT_API_URL")
+    profiling = "profile" in dask_worker.periodic_callbacks  # client.run passes the worker by this name
+    return os.environ.get("MALLOC_TRIM_THRESHOLD_"), cv2.getNumThreads(), os.environ.get("PREFECT_API_URL"), profiling
 
 
 def test_local_dask_workers_share_our_api_keep_glibc_adaptive_and_opencv_on_one_thread(harness):
@@ -63,11 +66,32 @@ def test_local_dask_workers_share_our_api_keep_glibc_adaptive_and_opencv_on_one_
                                                     "execution.max_workers": 2})) as runner:
         settings = runner.client.run(worker_settings)
     # Dask's default MALLOC_TRIM_THRESHOLD_ made each image-sized array a fresh mmap (3x slower);
-    # a worker without our API URL started an ephemeral server of its own
+    # a worker without our API URL started an ephemeral server of its own; Dask's profiler sampled for
+    # a dashboard that is not there
     api_url = PREFECT_API_URL.value()
-    assert api_url and len(settings) == 2 and set(settings.values()) == {(None, 1, api_url)}
+    assert api_url and len(settings) == 2 and set(settings.values()) == {(None, 1, api_url, False)}
     # and only the workers are told: a URL left in this process would outlive its server
     assert os.environ.get("PREFECT_API_URL") == our_environment
+
+
+@task
+def double(x: int) -> int:
+    return 2 * x
+
+
+def test_submissions_bring_their_own_dask_key_so_dask_never_tokenizes_them(harness, monkeypatch):
+    import distributed.client
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("Dask tokenized a submission to make its key")
+
+    monkeypatch.setattr(distributed.client, "tokenize", refuse)
+    with runners.task_runner_for(load_config(TINY, {"execution.task_runner": "dask",
+                                                    "execution.max_workers": 1})) as runner:
+        futures = [runner.submit(double, {"x": x}) for x in (1, 2)]
+        assert [f.result() for f in futures] == [2, 4]
+    keys = [f.wrapped_future.key for f in futures]
+    assert all(k.startswith("double-") for k in keys) and len(set(keys)) == 2
 
 
 def test_the_runner_follows_the_config():
