@@ -247,7 +247,7 @@ class ExecutionConfig(Section):
     chunk_size: int = Field(default=50, ge=1, description="images composed per task run")
     backgrounds_per_task: int = Field(default=1, ge=1, description=(
         "procedural backgrounds rendered per task run: one shows each in the UI; more make fewer task runs, "
-        "each of which costs Prefect and Dask about 0.2 s of CPU (benchmarks/scale.py)"))
+        "each of which costs Prefect and Dask a few tenths of a second of CPU"))
     max_workers: int = Field(default=2, ge=1, le=256, description="threads runner: threads; dask or ray without "
                                                                   "an address: local worker processes / CPUs")
     cache_url: str | None = Field(default=None, description="task cache location; default OUT/.synrail/cache")
