@@ -2,7 +2,7 @@
 plain library loop at 1,000 and 10,000 images.
 
     python benchmarks/scale.py [--dask-images 400] [--chunk-size 25] [--backgrounds-per-task 1]
-                               [--overhead-images 1000 10000]
+                               [--repeats 1] [--overhead-images 1000 10000]
 
 Prints, from one run, on a machine left otherwise idle:
 0. the machine's own ceiling: the two parallel stages (backgrounds, then compose chunks) as plain
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -86,13 +87,14 @@ def _plain_stage(job: tuple[str, BuildConfig, list[tuple[int, int]], Any]) -> fl
     return time.process_time() - started
 
 
-def plain_processes(n: int, work: Path, chunk_size: int) -> None:
+def plain_processes(n: int, work: Path, chunk_size: int) -> float:
     """The ceiling for any task runner: the parallel stages split over 1 and 2 plain processes."""
     from synrail.local_build import gather_inputs
     from synrail.pipeline import chunk_ranges
     from synrail.store import Store
 
     cfg = dask_config(n, chunk_size, 1, 1)
+    work.mkdir(parents=True)
     prepared = Store(str(work / "plain-inputs"))
     backgrounds, gallery, _ = gather_inputs(cfg, prepared)  # what compose reads, made once
     bg_ranges = chunk_ranges(cfg.backgrounds.count, 1)
@@ -111,17 +113,33 @@ def plain_processes(n: int, work: Path, chunk_size: int) -> None:
         if processes == 1:
             one_s, one_cpu = seconds, sum(cpu)
     print(f"  ceiling, 2 processes over 1 = {one_s / seconds:.2f}x; the same work took "
-          f"{100 * (sum(cpu) / one_cpu - 1):+.0f} % CPU time with both cores busy")
+          f"{100 * (sum(cpu) / one_cpu - 1):+.0f} % CPU time with both cores busy", flush=True)
+    return one_s / seconds
 
 
-def dask_workers(n: int, work: Path, chunk_size: int, backgrounds_per_task: int) -> None:
+def dask_workers(n: int, work: Path, chunk_size: int, backgrounds_per_task: int) -> float:
     seconds = {}
     for workers in (1, 2):
         cfg = dask_config(n, chunk_size, backgrounds_per_task, workers)
         seconds[workers] = timed_flow(cfg, work / f"dask-{workers}")
         print(f"{n} images, default config, Dask local cluster of {workers} worker process(es): "
               f"{seconds[workers]:.1f} s ({n / seconds[workers]:.1f} images/s, cluster start included)", flush=True)
-    print(f"  speed-up, 2 workers over 1 = {seconds[1] / seconds[2]:.2f}x  (target >= 1.80x on two cores)")
+    print(f"  speed-up, 2 workers over 1 = {seconds[1] / seconds[2]:.2f}x  (target >= 1.80x on two cores)",
+          flush=True)
+    return seconds[1] / seconds[2]
+
+
+def scale_rounds(args: argparse.Namespace, work: Path) -> None:
+    """Ceiling then Dask, ``--repeats`` times in the same order: on a shared machine one round says little."""
+    ceilings, speedups = [], []
+    for round_ in range(args.repeats):
+        ceilings.append(plain_processes(args.dask_images, work / f"plain-{round_}", args.chunk_size))
+        speedups.append(dask_workers(args.dask_images, work / f"dask-{round_}", args.chunk_size,
+                                     args.backgrounds_per_task))
+    if args.repeats > 1:
+        print(f"over {args.repeats} rounds: ceiling {' '.join(f'{c:.2f}x' for c in ceilings)} "
+              f"(median {statistics.median(ceilings):.2f}x); Dask {' '.join(f'{x:.2f}x' for x in speedups)} "
+              f"(median {statistics.median(speedups):.2f}x)")
 
 
 def overhead(n: int, work: Path) -> None:
@@ -144,6 +162,7 @@ def main() -> None:
     parser.add_argument("--dask-images", type=int, default=400, help="0 to skip")
     parser.add_argument("--chunk-size", type=int, default=25, help="Dask build: images per compose task")
     parser.add_argument("--backgrounds-per-task", type=int, default=1, help="Dask build: backgrounds per task")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of ceiling + Dask, with medians")
     parser.add_argument("--overhead-images", type=int, nargs="*", default=[1000, 10000])
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores, {len(os.sched_getaffinity(0))} usable", flush=True)
@@ -151,8 +170,7 @@ def main() -> None:
         work = Path(tmp)
         print(f"ephemeral Prefect server start: {start_prefect(work):.1f} s (once per process, not timed below)")
         if args.dask_images:
-            plain_processes(args.dask_images, work, args.chunk_size)
-            dask_workers(args.dask_images, work, args.chunk_size, args.backgrounds_per_task)
+            scale_rounds(args, work)
         for n in args.overhead_images:
             overhead(n, work)
 
