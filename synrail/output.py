@@ -48,8 +48,8 @@ def claim_output(out: Store, cfg: BuildConfig, overwrite: bool) -> bool:
     marker = {"build_hash": cfg.build_hash(), "name": cfg.name, "synrail_version": __version__}
     contents = _contents(out)
     if contents and not out.exists(BUILD_MARKER):
-        raise OutputConflict(f"{out.root_url} is not empty and holds no SynRail build; choose an empty "
-                             "or new folder for --out")
+        raise OutputConflict(f"{out.root_url} is not empty and holds no SynRail build (it has "
+                             f"{', '.join(sorted(contents)[:5])}); choose an empty or new folder for --out")
     _remove_leftovers(out)
     if contents:
         previous = json.loads(out.read_text(BUILD_MARKER))
