@@ -10,7 +10,8 @@ Prints, from one run, on a machine left otherwise idle:
    process's CPU time shows how much slower the same work runs when both cores are busy.
 1. wall time of the whole build flow (backgrounds, gallery, compose, export) on prefect-dask's
    local cluster of one worker process, then of two, each into a fresh output, so nothing is
-   cached; the default config at 1280x720, chunks of 25, one background per task. Target: two workers >= 1.8x one.
+   cached; the default config at 1280x720, chunks of 25, one background per task. Target: two
+   workers >= 1.8x one.
 2. wall time of the build flow (threads runner, one worker) over ``build_in_process`` (the same
    library calls in a plain loop) on the tiny config (320x192), where per-task costs weigh most.
 The ephemeral Prefect server is started before any timing; its start is printed apart.
@@ -79,7 +80,8 @@ def _plain_stage(job: tuple[str, BuildConfig, list[tuple[int, int]], Any]) -> fl
     if stage == "backgrounds":
         cache = Store(inputs)
         for first, stop in ranges:
-            [pipeline.prepare_background(cfg, i, cache) for i in range(first, stop)]
+            for index in range(first, stop):
+                pipeline.prepare_background(cfg, index, cache)
     elif stage == "compose":
         backgrounds, gallery, cache_url, out_url = inputs
         for first, stop in ranges:
