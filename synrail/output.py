@@ -17,10 +17,15 @@ def cache_url(cfg: BuildConfig, out: Store) -> str:
     return cfg.execution.cache_url or out.url(".synrail/cache")
 
 
+def _is_write_probe(name: str) -> bool:
+    """A write probe, or the temporary of one a build was killed while writing."""
+    return name.startswith(WRITE_PROBE) or (name.startswith(f".{WRITE_PROBE}") and bool(PARTIAL_WRITE.match(name)))
+
+
 def _contents(out: Store) -> list[str]:
     """What the output holds besides the build lock (held while claiming) and what a build killed
     before writing its marker may have left: a write probe, half-written temporaries."""
-    names = [n for n in out.list("") if n != ".synrail" and not n.startswith(WRITE_PROBE)]
+    names = [n for n in out.list("") if n != ".synrail" and not _is_write_probe(n)]
     return names + [f".synrail/{n}" for n in out.list(".synrail")
                     if f".synrail/{n}" != LOCK_FILE and not PARTIAL_WRITE.match(n)]
 
@@ -29,7 +34,7 @@ def _remove_leftovers(out: Store) -> None:
     """What a killed build left in an output that is SynRail's: write probes, half-written files
     (the caller holds the lock, so no live build is writing them)."""
     for name in out.list(""):
-        if name.startswith(WRITE_PROBE):
+        if _is_write_probe(name):
             out.remove(name)
     out.remove_partial_writes()
 

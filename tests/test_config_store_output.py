@@ -160,6 +160,7 @@ def test_a_claim_killed_before_its_marker_does_not_block_the_rerun(tmp_path):
     out = tmp_path / "out"
     (out / ".synrail").mkdir(parents=True)
     (out / f".synrail-write-probe-{'0' * 32}").write_bytes(b"")
+    (out / f"..synrail-write-probe-{'1' * 32}.{'2' * 32}.tmp").write_bytes(b"")  # killed mid-probe
     (out / ".synrail" / f".build.json.{'ef' * 16}.tmp").write_bytes(b'{"build_')
     assert claim_output(Store(str(out)), cfg, overwrite=False) is False
     assert sorted(p.name for p in out.rglob("*")) == [".synrail", "build.json"]
