@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from synrail.config import BuildConfig, set_dotted
+from synrail.config import BuildConfig, ComposeConfig, set_dotted
+
+DEFAULT_HARMONIZER = ComposeConfig.model_fields["harmonize"].default  # for a base config that has none
 
 # variant -> (harmonize, metric rescale, random texture); the paper's rows 1-5
 TABLE7_VARIANTS: dict[str, tuple[bool, bool, bool]] = {
@@ -23,7 +25,7 @@ def ablation_variants(base: BuildConfig, shared_cache_url: str) -> dict[str, Bui
     for name, (harmony, rescale, texture) in TABLE7_VARIANTS.items():
         data: dict[str, Any] = base.model_dump(mode="json")
         set_dotted(data, "name", f"{base.name}-{name}")
-        harmonizer = base.compose.harmonize if base.compose.harmonize != "none" else "lab"
+        harmonizer = base.compose.harmonize if base.compose.harmonize != "none" else DEFAULT_HARMONIZER
         set_dotted(data, "compose.harmonize", harmonizer if harmony else "none")
         set_dotted(data, "compose.scale", "metric" if rescale else "linear")
         set_dotted(data, "gallery.random_texture", texture)

@@ -212,7 +212,7 @@ class ComposeConfig(Section):
     min_visible_px: int = Field(default=24, ge=1)
     min_height_px: int = Field(default=6, ge=1)
     feather_px: float = Field(default=1.5, ge=0, le=10)
-    harmonize: Literal["lab", "local", "poisson", "torchscript", "onnx", "none"] = "lab"
+    harmonize: Literal["lab", "local", "poisson", "torchscript", "onnx", "none"] = "local"
     harmonize_strength: float = Field(default=0.6, ge=0, le=1, description="for lab")
     harmonize_model: str | None = Field(default=None, description="model file for torchscript / onnx")
     shadows: bool = Field(default=True, description="soft contact shadows under pasted obstacles")

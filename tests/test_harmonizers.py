@@ -1,6 +1,10 @@
-"""Harmonization backends: what each may change, today's default kept, the plug-ins, the measures."""
+"""Harmonization backends: what each may change, the first default (lab) kept, the plug-ins, the measures."""
 
+import functools
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -11,7 +15,8 @@ from synrail.compose.harmonization_benchmark import (Sample, evaluate_harmonizer
                                                      harmonization_scores, perturb_object, summarize)
 from synrail.compose.harmonize import harmonize_lab, ring_pixels
 from synrail.compose.harmonizers import (HARMONIZER_NAMES, GlobalLabHarmonizer, LocalStatsHarmonizer,
-                                         PoissonHarmonizer, TorchScriptHarmonizer, make_harmonizer)
+                                         PoissonHarmonizer, TorchScriptHarmonizer, exposure_correction,
+                                         make_harmonizer)
 
 GAIN_RGB = (1.3, 0.8, 1.1)
 
@@ -60,8 +65,8 @@ def scripted_model(tmp_path_factory) -> str:
 
 
 @pytest.mark.parametrize("harmonizer", [GlobalLabHarmonizer(), LocalStatsHarmonizer(),
-                                        LocalStatsHarmonizer(max_log_gain=float("inf"), contrast_share=0)],
-                         ids=["lab", "local", "local-uncapped"])
+                                        LocalStatsHarmonizer(exposure_range=3.0, scene_spread=0.05, contrast_share=0)],
+                         ids=["lab", "local", "local-no-prior"])
 def test_classical_backends_change_only_the_object(harmonizer):
     image, mask = _scene()
     composite = _pasted(image, mask)
@@ -84,7 +89,7 @@ def test_poisson_changes_only_the_object_and_its_band_even_at_the_border(mode):
         PoissonHarmonizer(mode="nonsense")
 
 
-def test_global_lab_reproduces_todays_paste():
+def test_global_lab_reproduces_the_lab_paste():
     """The computation ``composite._paste`` does: harmonize_lab on the cutout's window with the ring
     taken from the canvas around it (the cutout's box is larger than its mask)."""
     canvas, mask = _scene()
@@ -96,13 +101,12 @@ def test_global_lab_reproduces_todays_paste():
     expected = composite.copy()
     expected[y0:y1, x0:x1] = harmonize_lab(obj, obj_mask, ring_pixels(canvas[ring_window], ring_mask, ring), 0.6)
     assert np.array_equal(GlobalLabHarmonizer(strength=0.6, ring_px=ring).harmonize(composite, mask), expected)
-    assert make_harmonizer("none") is None  # "none": the cutout is pasted as it is, as today
+    assert make_harmonizer("none") is None  # "none": the cutout is pasted as it is
 
 
 def test_local_undoes_most_of_a_known_exposure_and_cast_mismatch():
     """An object lit like its surroundings (same texture statistics, same white point), then
-    darkened by 0.3 in log (a bit over the cap) and given a cast: ``local`` must cut its fMSE by a
-    clear margin (it cuts 84 %)."""
+    darkened by 0.3 in log and given a cast: ``local`` must cut its fMSE by a clear margin."""
     rng = np.random.default_rng(3)
     height, width = 80, 100
     smooth = cv2.GaussianBlur(rng.uniform(60, 200, (height, width, 3)).astype(np.float32), (0, 0), 3)
@@ -117,9 +121,22 @@ def test_local_undoes_most_of_a_known_exposure_and_cast_mismatch():
     assert local < 0.3 * before
 
 
-def test_local_caps_the_exposure_change_for_an_object_unlike_its_surroundings():
-    """A bright object on a dark table: its white point is the scene's, so the correction stays
-    within the cap (a gain of exp(0.2)) instead of dragging it down to the table."""
+def test_exposure_correction_trusts_a_plausible_mismatch_and_discounts_an_implausible_one():
+    correct = functools.partial(exposure_correction, exposure_range=0.6, scene_spread=0.3)
+    assert abs(correct(0.0, clipped=False)) < 0.05  # matching white points: (almost) nothing to undo
+    brighter, darker = correct(0.3, clipped=False), correct(-0.3, clipped=False)
+    assert -0.3 < brighter < -0.1 and 0.1 < darker < 0.3  # most of a plausible mismatch undone
+    assert darker > -brighter  # the least-squares gain is E[exp(-x)]: brightening weighs more
+    far, edge = correct(3.0, clipped=False), correct(0.6, clipped=False)
+    assert edge < far < 0  # a ratio far beyond the prior is mostly the scene's: the correction falls back
+    assert all(-0.6 - 1e-9 <= correct(r, clipped=False) <= 0.6 + 1e-9 for r in np.linspace(-5, 5, 21))
+    # Clipped highlights only bound the ratio from below: the object may be brighter still.
+    assert correct(0.0, clipped=True) < correct(0.0, clipped=False) - 0.1
+
+
+def test_local_does_not_drag_an_object_unlike_its_surroundings_down_to_them():
+    """A bright object on a dark table (white points 190 against 50, a log ratio of 1.3, far beyond
+    the exposure prior): darkened far less than the ring's white point would say."""
     rng = np.random.default_rng(4)
     image = np.clip(rng.normal(50, 10, (80, 100, 3)), 0, 255).astype(np.uint8)
     mask = np.zeros((80, 100), dtype=bool)
@@ -127,7 +144,9 @@ def test_local_caps_the_exposure_change_for_an_object_unlike_its_surroundings():
     image[mask] = np.clip(rng.normal(190, 10, (mask.sum(), 3)), 0, 255).astype(np.uint8)
     out = LocalStatsHarmonizer(contrast_share=0).harmonize(image, mask)
     ratio = out[mask].astype(float).mean() / image[mask].astype(float).mean()
-    assert math.exp(-0.2) - 0.02 < ratio < 1.0
+    no_prior = LocalStatsHarmonizer(exposure_range=3.0, scene_spread=0.05, contrast_share=0).harmonize(image, mask)
+    assert no_prior[mask].astype(float).mean() / image[mask].astype(float).mean() < 0.45  # the full white patch
+    assert math.exp(-0.6) < ratio < 1.0
 
 
 def test_perturbation_touches_only_the_object_and_is_seeded():
@@ -233,8 +252,24 @@ def test_onnx_plugin_matches_the_model(tmp_path):
 
 
 def test_make_harmonizer_builds_by_name_and_names_the_choices():
-    assert isinstance(make_harmonizer("local", strength=0.3), LocalStatsHarmonizer)
+    assert isinstance(make_harmonizer("local", exposure_range=0.3), LocalStatsHarmonizer)
     assert isinstance(make_harmonizer("poisson", mode="normal"), PoissonHarmonizer)
     with pytest.raises(ValueError) as error:
         make_harmonizer("reinhard")
     assert all(name in str(error.value) for name in HARMONIZER_NAMES)
+
+
+def test_the_benchmark_script_pools_seeds_into_one_table(tmp_path):
+    image, mask = _scene()
+    for folder in ("images", "masks"):
+        (tmp_path / folder).mkdir()
+    cv2.imwrite(str(tmp_path / "images" / "scene.png"), image)
+    cv2.imwrite(str(tmp_path / "masks" / "scene.png"), mask.astype(np.uint8) * 255)
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "harmonize.py"
+    result = subprocess.run([sys.executable, str(script), "--samples", str(tmp_path), "--perturbations", "2",
+                             "--seeds", "0,2-3"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "1 samples x 2 perturbations x seeds [0, 2, 3] (includes tuning seeds [3])" in result.stdout
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith(("scene ", "all "))]
+    assert [row[1] for row in rows if row[0] == "all"] == ["none", "lab", "local", "local,", "poisson", "poisson"]
+    assert all(row[-1].endswith("%") for row in rows)
