@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import cv2
 import numpy as np
-from scipy import stats
+from scipy import special
 
 from synrail.compose.harmonize import harmonize_lab, ring_pixels
 
@@ -174,8 +174,11 @@ def exposure_correction(log_ratio: float, clipped: bool, exposure_range: float, 
     with the least expected squared error in the pixels, not exp of the mean of -x.
     """
     grid = np.linspace(-exposure_range, exposure_range, _EXPOSURE_GRID)
-    scene = stats.t(_SCENE_TAIL_DOF, loc=grid, scale=scene_spread)
-    likelihood = scene.sf(log_ratio) if clipped else scene.pdf(log_ratio)
+    z = (log_ratio - grid) / scene_spread  # the scene's difference if the mismatch were each grid value
+    if clipped:
+        likelihood = special.stdtr(_SCENE_TAIL_DOF, -z)  # P(difference >= z): the t's survival function
+    else:
+        likelihood = (1.0 + z * z / _SCENE_TAIL_DOF) ** (-(_SCENE_TAIL_DOF + 1.0) / 2.0)  # t density, unnormalized
     return float(np.log((likelihood * np.exp(-grid)).sum() / likelihood.sum()))
 
 
