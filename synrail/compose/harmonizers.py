@@ -6,8 +6,9 @@ object's pixels, and returns a new image in which only masked pixels differ — 
 mask so that no step remains at the object's edge. Backends:
 
 - ``GlobalLabHarmonizer``: the first default (``harmonize.harmonize_lab`` from a ring of background).
-- ``LocalStatsHarmonizer`` (the default): exposure and colour cast matched to the ring's white point (von Kries;
-  the exposure a posterior mean that discounts a scene unlike its object), contrast partly to the ring's.
+- ``LocalStatsHarmonizer`` (the default): exposure and colour cast matched to the ring's white point
+  (von Kries; the exposure from a posterior that discounts a scene unlike its object), contrast
+  partly to the ring's.
 - ``PoissonHarmonizer``: gradient-domain blending (``cv2.seamlessClone``).
 - ``TorchScriptHarmonizer`` / ``OnnxHarmonizer``: a user-supplied learned model (none is bundled).
 
@@ -116,7 +117,7 @@ class LocalStatsHarmonizer(Harmonizer):
     highlight only bounds the mismatch from below. The colour cast moves ``cast_strength`` of the way
     to the ring's, and the luminance contrast ``contrast_share`` of the way (in log) toward the ring's.
 
-    The defaults were tuned on ``benchmarks/harmonize.py --seeds 1,3`` and are reported on others.
+    The defaults were tuned on ``benchmarks/harmonize.py --seeds 1,3-5``; its default seeds are held out.
     """
 
     name = "local"
@@ -178,7 +179,7 @@ def exposure_correction(log_ratio: float, clipped: bool, exposure_range: float, 
     if clipped:
         likelihood = special.stdtr(_SCENE_TAIL_DOF, -z)  # P(difference >= z): the t's survival function
     else:
-        likelihood = (1.0 + z * z / _SCENE_TAIL_DOF) ** (-(_SCENE_TAIL_DOF + 1.0) / 2.0)  # t density, unnormalized
+        likelihood = (1.0 + z * z / _SCENE_TAIL_DOF) ** (-(_SCENE_TAIL_DOF + 1.0) / 2.0)  # t density, up to a factor
     return float(np.log((likelihood * np.exp(-grid)).sum() / likelihood.sum()))
 
 
