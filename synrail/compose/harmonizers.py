@@ -147,15 +147,16 @@ class LocalStatsHarmonizer(Harmonizer):
 
     def _corrected(self, obj: np.ndarray, ring: np.ndarray) -> np.ndarray:
         """``obj`` (N x 3 BGR in [0, 1]) matched to ``ring``'s light."""
+        ring_luminance = _luminance(ring)
         object_white = self._white(_luminance(obj))
-        log_gain = exposure_correction(float(np.log(object_white / self._white(_luminance(ring)))),
+        log_gain = exposure_correction(float(np.log(object_white / self._white(ring_luminance))),
                                        clipped=object_white >= _CLIPPED_WHITE,
                                        exposure_range=self.exposure_range, scene_spread=self.scene_spread)
         log_cast = np.log(self._white(ring) / self._white(obj))
         log_cast -= log_cast.mean()  # the cast alone: its exposure part is log_gain's
         corrected = obj * np.exp(log_gain + self.cast_strength * log_cast)
         luminance = _luminance(corrected)
-        contrast = (_luminance(ring).std() + _EPS) / (luminance.std() + _EPS)
+        contrast = (ring_luminance.std() + _EPS) / (luminance.std() + _EPS)
         contrast = np.clip(contrast ** self.contrast_share, *_CONTRAST_LIMITS)
         return corrected + ((luminance - luminance.mean()) * (contrast - 1.0))[:, None]
 
