@@ -29,8 +29,8 @@ import cv2  # noqa: E402
 from synrail import pipeline  # noqa: E402
 from synrail.compose.harmonizers import HARMONIZER_NAMES  # noqa: E402
 from synrail.config import load_config  # noqa: E402
-from synrail.local_build import build_in_process  # noqa: E402
-from synrail.store import Store  # noqa: E402
+from synrail.stages.local import build_in_process  # noqa: E402
+from synrail.storage.store import Store  # noqa: E402
 
 
 def pin_to_one_core() -> set[int]:
@@ -87,7 +87,8 @@ def composition_vs_floor(n: int, work: Path, harmonize: str | None) -> None:
         image = pipeline.decode_image(data, cv2.IMREAD_COLOR, "benchmark image")
         pipeline.encode_image(image, ".jpg", params)
     floor_rate = len(jpegs) / (time.perf_counter() - started)
-    print(f"composition, 1 core, {cfg.image.width}x{cfg.image.height}, 1-3 obstacles, harmonize={cfg.compose.harmonize} "
+    print(f"composition, 1 core, {cfg.image.width}x{cfg.image.height}, 1-3 obstacles, "
+          f"harmonize={cfg.compose.harmonize} "
           f"(compose + JPEG encode + RLE labels, in memory): {compose_rate:.1f} images/s")
     print(f"JPEG decode+encode floor, same images, same run: {floor_rate:.1f} images/s")
     print(f"  composition / floor = {compose_rate / floor_rate:.2f}  (target >= 0.50)")

@@ -266,7 +266,7 @@ def bench_sd15(plan: Plan) -> list[Result]:
     for batch in plan.sd_batches:
         token_ids = torch.randint(0, CLIP_VIT_L14_TEXT["vocab_size"], (2, batch, TEXT_TOKENS), device=plan.device)
 
-        def generate() -> object:
+        def generate(token_ids: torch.Tensor = token_ids) -> object:
             return pipeline(prompt_embeds=text_encoder(token_ids[0])[0],
                             negative_prompt_embeds=text_encoder(token_ids[1])[0],
                             num_inference_steps=plan.sd_steps, guidance_scale=GUIDANCE,
@@ -281,7 +281,8 @@ def bench_sd15(plan: Plan) -> list[Result]:
                               dtype=plan.sd_dtype)
         timestep = torch.tensor(500, device=plan.device)
 
-        def denoise_step() -> torch.Tensor:
+        def denoise_step(latents: torch.Tensor = latents, timestep: torch.Tensor = timestep,
+                         context: torch.Tensor = context) -> torch.Tensor:
             return unet(latents, timestep, encoder_hidden_states=context).sample
         results.append(Result("SD 1.5 UNet step", f"batch {batch} (x2 guidance), {plan.sd_size}px", precision,
                               1, "steps", seconds_per_call(denoise_step, plan), count_flops(denoise_step)))

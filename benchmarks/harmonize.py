@@ -26,8 +26,13 @@ sys.path.insert(0, str(ROOT))
 
 import cv2  # noqa: E402
 
-from synrail.compose.harmonization_benchmark import (evaluate_harmonizers, folder_samples, mask_overlay,  # noqa: E402
-                                                     skimage_samples, summarize)
+from synrail.compose.harmonization_benchmark import (  # noqa: E402
+    evaluate_harmonizers,
+    folder_samples,
+    mask_overlay,
+    skimage_samples,
+    summarize,
+)
 from synrail.compose.harmonizers import Harmonizer, make_harmonizer  # noqa: E402
 
 _TUNING_SEEDS = {1, 3, 4, 5}  # the seeds local's defaults were tuned on; report others

@@ -34,7 +34,12 @@ from synrail.rail.detect import detect_track  # noqa: E402
 from synrail.rail.estimate import estimate_geometry  # noqa: E402
 from synrail.rail.geometry import CameraGeometry  # noqa: E402
 from synrail.sources.procedural_backgrounds import (  # noqa: E402
-    CONDITIONS, TRACK_TYPES, BackgroundSpec, render_background, sample_background_spec)
+    CONDITIONS,
+    TRACK_TYPES,
+    BackgroundSpec,
+    render_background,
+    sample_background_spec,
+)
 
 CURVES = {"straight": (0.0, 0.0003), "curved": (0.0015, 0.003)}  # |curvature| ranges, 1/m
 DISTANCE_RANGE_M = (10.0, 60.0)

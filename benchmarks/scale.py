@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 
 from synrail.config import BuildConfig, load_config  # noqa: E402
-from synrail.local_build import build_in_process  # noqa: E402
+from synrail.stages.local import build_in_process  # noqa: E402
 
 
 def start_prefect(work: Path) -> float:
@@ -71,8 +71,8 @@ def _plain_stage(job: tuple[str, BuildConfig, list[tuple[int, int]], Any]) -> fl
     """One process's share of a stage as plain library calls; returns its CPU seconds."""
     import cv2
 
-    from synrail import pipeline
-    from synrail.store import Store
+    from synrail.stages import compose as pipeline
+    from synrail.storage.store import Store
 
     cv2.setNumThreads(1)  # as in the Dask workers (flows/runners.py)
     stage, cfg, ranges, inputs = job
@@ -91,9 +91,9 @@ def _plain_stage(job: tuple[str, BuildConfig, list[tuple[int, int]], Any]) -> fl
 
 def plain_processes(n: int, work: Path, chunk_size: int) -> float:
     """The ceiling for any task runner: the parallel stages split over 1 and 2 plain processes."""
-    from synrail.local_build import gather_inputs
-    from synrail.pipeline import chunk_ranges
-    from synrail.store import Store
+    from synrail.stages.compose import chunk_ranges
+    from synrail.stages.local import gather_inputs
+    from synrail.storage.store import Store
 
     cfg = dask_config(n, chunk_size, 1, 1)
     work.mkdir(parents=True)

@@ -8,8 +8,8 @@ from prefect.artifacts import create_table_artifact
 from flows.build_dataset import build_dataset
 from synrail.ablation import TABLE7_VARIANTS, ablation_variants
 from synrail.config import BuildConfig
-from synrail.export.dataset import ExportSummary
-from synrail.store import Store
+from synrail.stages.export import ExportSummary
+from synrail.storage.store import Store
 
 
 @flow(name="build-ablation")

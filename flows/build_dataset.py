@@ -6,26 +6,39 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from prefect import flow, unmapped
-from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_progress_artifact, \
-    create_table_artifact, update_progress_artifact
+from prefect.artifacts import (
+    create_link_artifact,
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from flows.prefect_env import wait_for_task_runs_recorded
 from flows.runners import task_runner_for
-from synrail.config import BuildConfig
-from synrail.export.dataset import ExportSummary
-from synrail.output import cache_url as build_cache_url
-from synrail.output import claim_output
-from synrail.config import ProceduralSource
-from synrail.gallery import GallerySourceResult, needs_gpu
-from synrail.inputs import InputReport, check_inputs, input_report
-from synrail.lock import build_lock
-from synrail.pipeline import BackgroundRecord, ChunkRecord, GalleryRecord, chunk_ranges, procedural_classes
-from synrail.video_stage import VideoBackgrounds, source_videos, video_split_plan
-from synrail.store import Store
+from synrail.config import BuildConfig, ProceduralSource
+from synrail.records import (
+    BackgroundRecord,
+    ChunkRecord,
+    GalleryRecord,
+    GallerySourceResult,
+    InputReport,
+    VideoBackgrounds,
+)
+from synrail.stages.compose import chunk_ranges
+from synrail.stages.export import ExportSummary
+from synrail.stages.gallery import needs_gpu, procedural_classes
+from synrail.stages.inputs import check_inputs, input_report
+from synrail.stages.splits import video_split_plan
+from synrail.stages.videos import source_videos
+from synrail.storage.lock import build_lock
+from synrail.storage.output import cache_url as build_cache_url
+from synrail.storage.output import claim_output
+from synrail.storage.store import Store
 from tasks import build as t
 
 
@@ -75,7 +88,7 @@ def compose_chunks(config: BuildConfig, plan: list[tuple[int, int, list[str] | N
 def export(config: BuildConfig, chunks: list[ChunkRecord], backgrounds: list[BackgroundRecord],
            gallery: list[GalleryRecord], report: InputReport, cache_url: str, out: Store) -> ExportSummary:
     """The export task, then the dataset's statistics, card and sample grid in the Prefect UI."""
-    export_task = t.cached(t.export, "export", cache_url)
+    export_task = t.cached(t.export_dataset, "export", cache_url)
     summary = ExportSummary.model_validate(export_task(config, chunks, backgrounds, gallery, report, out.root_url))
     _publish(summary, out)
     return summary

@@ -16,9 +16,9 @@ from rich.table import Table
 from flows.prefect_env import configure_prefect_environment
 from flows.train_cli import add_commands as add_train_commands
 from synrail.config import BuildConfig, ConfigError, load_config, parse_override
-from synrail.lock import OutputLocked, build_lock
-from synrail.output import OutputConflict, claim_output
-from synrail.store import Store, StoreError
+from synrail.storage.lock import OutputLocked, build_lock
+from synrail.storage.output import OutputConflict, claim_output
+from synrail.storage.store import Store, StoreError
 
 console = Console(stderr=True)
 

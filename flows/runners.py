@@ -108,7 +108,7 @@ def _dask_runner_class() -> type[TaskRunner]:
             cv2.setNumThreads(1)
 
     class SynRailDaskTaskRunner(task_runners.DaskTaskRunner):
-        def __enter__(self) -> "SynRailDaskTaskRunner":
+        def __enter__(self) -> SynRailDaskTaskRunner:
             self._gpu_workers: bool | None = None
             if _in_dask_worker():
                 # Prefect enters a copy of the flow's runner around every task run in a worker; it

@@ -24,15 +24,22 @@ from rich.table import Table as RichTable
 
 from flows.prefect_env import configure_prefect_environment
 from synrail.train.detector import TrainConfig
-from synrail.train.evaluate import EvalReport, TestSet, check_results, load_coco_document, load_results, \
-    resolve_test_set
+from synrail.train.evaluate import (
+    EvalReport,
+    TestSet,
+    check_results,
+    load_coco_document,
+    load_results,
+    resolve_test_set,
+)
 
 console = Console(stderr=True)
 SHOWN_GROUPS = ("overall", "class", "distance", "condition_group", "track_type")
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    train = subparsers.add_parser("train", help="train a detector on a built dataset, then evaluate it (a Prefect flow)")
+    train = subparsers.add_parser(
+        "train", help="train a detector on a built dataset, then evaluate it (a Prefect flow)")
     train.add_argument("--data", required=True, help="the dataset's data.yaml")
     train.add_argument("--model", default="yolov8n.yaml",
                        help="Ultralytics model *.yaml (yolov5s.yaml, yolov8n.yaml, yolo11n.yaml, rtdetr-l.yaml) "

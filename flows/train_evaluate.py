@@ -18,13 +18,30 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from synrail.train.detector import TrainConfig, TrainResult, frame_scorer, load_model, parameter_count_m, \
-    predict_coco, train_detector, uses_gpu
+from synrail.stages.versions import local_copy
+from synrail.train.detector import (
+    TrainConfig,
+    TrainResult,
+    frame_scorer,
+    load_model,
+    parameter_count_m,
+    predict_coco,
+    train_detector,
+    uses_gpu,
+)
 from synrail.train.evaluate import EvalReport, TestSet, evaluate_coco, resolve_test_set, split_images
 from synrail.train.events import EventReport, event_accuracy, load_clips
-from synrail.versions import local_copy
-from synrail.train.tables import AblationResult, ModelResult, Table, artifact_key, events_table, metrics_table, \
-    paper_tables, to_markdown, write_table
+from synrail.train.tables import (
+    AblationResult,
+    ModelResult,
+    Table,
+    artifact_key,
+    events_table,
+    metrics_table,
+    paper_tables,
+    to_markdown,
+    write_table,
+)
 
 
 def _device_tags(device: str) -> list[str]:
@@ -211,7 +228,8 @@ def _model_result(spec: ReproduceSpec, model: ModelSpec, test_set: TestSet, out:
 
 
 def _ablation_result(spec: ReproduceSpec, ablation: AblationSpec, test_set: TestSet, out: Path) -> AblationResult:
-    flags = "".join(letter for letter, on in zip("hrt", (ablation.harmony, ablation.rescale, ablation.random_texture))
+    switches = (ablation.harmony, ablation.rescale, ablation.random_texture)
+    flags = "".join(letter for letter, on in zip("hrt", switches, strict=True)
                     if on) or "base"
     cfg = spec.ablation_train.model_copy(update={"name": f"ablation-{flags}"})
     weights = str(train_task.with_options(tags=_device_tags(cfg.device))(ablation.data_yaml, cfg).weights)

@@ -14,15 +14,30 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.build_dataset import build_dataset, compose_chunks, export, submit_gallery
 from synrail.config import BuildConfig, load_config
-from synrail.export.dataset import read_build_records
-from synrail.inputs import input_report
-from synrail.lock import build_lock
-from synrail.store import Store
+from synrail.records import VideoBackgrounds
 from synrail.sources.video import VideoRef
-from synrail.versions import (VersionSummary, carry_over, claim_version_folder, incremental_plan, latest_version,
-                              merged_records, next_version, prune_unreferenced, publish, read_info, shared_cache_url,
-                              unchanged_reason, version_info, version_store, video_split)
-from synrail.video_stage import VideoBackgrounds, source_videos
+from synrail.stages.export import read_build_records
+from synrail.stages.inputs import input_report
+from synrail.stages.versions import (
+    VersionSummary,
+    carry_over,
+    claim_version_folder,
+    incremental_plan,
+    latest_version,
+    merged_records,
+    next_version,
+    prune_unreferenced,
+    publish,
+    read_info,
+    shared_cache_url,
+    unchanged_reason,
+    version_info,
+    version_store,
+    video_split,
+)
+from synrail.stages.videos import source_videos
+from synrail.storage.lock import build_lock
+from synrail.storage.store import Store
 from tasks import build as t
 
 

@@ -14,9 +14,9 @@ from prefect import flow
 from prefect.events import emit_event
 
 from flows.versions import versioned_config
-from synrail.store import Store
-from synrail.versions import latest_version, read_info
-from synrail.video_stage import source_videos
+from synrail.stages.versions import latest_version, read_info
+from synrail.stages.videos import source_videos
+from synrail.storage.store import Store
 
 VIDEO_LANDED = "synrail.video.landed"
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from synrail.compose.quality import QualityConfig
 from synrail.compose.shadows import ShadowConfig
@@ -50,7 +49,7 @@ class SplitConfig(Section):
     test: float = Field(default=0.1, ge=0, le=1)
 
     @model_validator(mode="after")
-    def _sums_to_one(self) -> "SplitConfig":
+    def _sums_to_one(self) -> SplitConfig:
         total = self.train + self.val + self.test
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"train + val + test must sum to 1, got {total:g}")
@@ -107,7 +106,7 @@ class BackgroundConfig(Section):
         return types
 
     @model_validator(mode="after")
-    def _video_needs_its_section(self) -> "BackgroundConfig":
+    def _video_needs_its_section(self) -> BackgroundConfig:
         if self.source == "video" and self.video is None:
             raise ValueError("backgrounds.source is 'video': set backgrounds.video.url")
         return self
@@ -165,8 +164,9 @@ class DiffusionSource(Section):
     prompts: DiffusionPromptConfig = DiffusionPromptConfig()
 
 
-GallerySource = Annotated[Union[ProceduralSource, CocoSource, PennFudanSource, RockFolderSource, RgbaFolderSource,
-                                DiffusionSource], Field(discriminator="type")]
+GallerySource = Annotated[
+    ProceduralSource | CocoSource | PennFudanSource | RockFolderSource | RgbaFolderSource | DiffusionSource,
+    Field(discriminator="type")]
 
 
 class GalleryConfig(Section):
@@ -221,7 +221,7 @@ class ComposeConfig(Section):
     max_attempts: int = Field(default=20, ge=1, description="placement tries per obstacle")
 
     @model_validator(mode="after")
-    def _learned_needs_a_model(self) -> "ComposeConfig":
+    def _learned_needs_a_model(self) -> ComposeConfig:
         if self.harmonize in ("torchscript", "onnx") and not self.harmonize_model:
             raise ValueError(f"compose.harmonize {self.harmonize!r} needs compose.harmonize_model (a model file)")
         return self
@@ -264,7 +264,7 @@ class ExecutionConfig(Section):
         return value
 
     @model_validator(mode="after")
-    def _settings_of_the_chosen_runner(self) -> "ExecutionConfig":
+    def _settings_of_the_chosen_runner(self) -> ExecutionConfig:
         misplaced = [name for name, runner in [("dask_address", "dask"), ("ray_address", "ray")]
                      if getattr(self, name) is not None and self.task_runner != runner]
         if misplaced:
@@ -304,7 +304,7 @@ class BuildConfig(Section):
         return names
 
     @model_validator(mode="after")
-    def _sources_fit_the_classes(self) -> "BuildConfig":
+    def _sources_fit_the_classes(self) -> BuildConfig:
         for source in self.gallery.sources:
             targets = (set(source.class_map.values()) if isinstance(source, CocoSource)
                        else {source.class_name} if isinstance(source, (RockFolderSource, RgbaFolderSource)) else set())
@@ -315,7 +315,7 @@ class BuildConfig(Section):
         return self
 
     @model_validator(mode="after")
-    def _enough_backgrounds(self) -> "BuildConfig":
+    def _enough_backgrounds(self) -> BuildConfig:
         used = sum(1 for share in self.splits.fractions().values() if share > 0)
         if self.backgrounds.source == "procedural" and self.backgrounds.count < used:
             raise ValueError(f"backgrounds.count must be at least {used} (one per split in use, so that "

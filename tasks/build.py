@@ -1,4 +1,4 @@
-"""Prefect tasks of the dataset build: thin wrappers over ``synrail.pipeline``.
+"""Prefect tasks of the dataset build: thin wrappers over ``synrail.stages``, one task per stage call.
 
 Each task takes a config, small records and store URLs, and returns a small record. Its cache key
 is computed by :class:`StagePolicy` from the stage name, the library's code version and the
@@ -8,9 +8,9 @@ the build's own store, so an unchanged rerun into the same output finds every ta
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,24 +20,30 @@ from prefect.cache_policies import CachePolicy
 from prefect.filesystems import RemoteFileSystem
 from pydantic import BaseModel
 
-from synrail import gallery as gallery_stage, pipeline
-from synrail.gallery import GallerySourceResult
-from synrail.inputs import InputReport
-from synrail.sources.video import VideoRef
-from synrail.video_stage import VideoBackgrounds, prepare_video_backgrounds
 from synrail.config import BuildConfig
-from synrail.export.dataset import ExportSummary, export_dataset
-from synrail.store import Store
-from synrail.version import code_version
+from synrail.records import (
+    BackgroundRecord,
+    ChunkRecord,
+    GalleryRecord,
+    GallerySourceResult,
+    InputReport,
+    VideoBackgrounds,
+)
+from synrail.sources.video import VideoRef
+from synrail.stages import backgrounds, compose, export, gallery, videos
+from synrail.storage.code_version import code_version
+from synrail.storage.store import Store
 
-
-# The config sections each stage reads: a stage's key holds only those, so builds that differ
-# elsewhere (ablation variants, say) share its cached results. Compose and export read everything.
-STAGE_SECTIONS = {
-    "background": ("seed", "image", "splits", "backgrounds"),
-    "video": ("seed", "image", "splits", "backgrounds", "segment"),
-    "obstacles": ("seed", "classes", "gallery"),
-    "gallery-source": ("seed", "classes", "gallery", "segment"),
+# The config sections each stage's results depend on, as the stage declares them beside its code
+# (None: the whole config). A key holds only those, so builds that differ elsewhere (ablation
+# variants, say) share the stage's cached results.
+STAGE_SECTIONS: dict[str, tuple[str, ...] | None] = {
+    "background": backgrounds.CONFIG_SECTIONS,
+    "video": videos.CONFIG_SECTIONS,
+    "obstacles": gallery.CONFIG_SECTIONS,
+    "gallery-source": gallery.SOURCE_CONFIG_SECTIONS,
+    "compose": compose.CONFIG_SECTIONS,
+    "export": export.CONFIG_SECTIONS,
 }
 
 
@@ -46,8 +52,8 @@ def _jsonable(value: Any, stage: str = "") -> Any:
         return dataclasses.asdict(value)
     if isinstance(value, BuildConfig):
         content = value.content_dict()  # execution settings never change the outputs
-        sections = STAGE_SECTIONS.get(stage)
-        return {k: content[k] for k in sections} if sections else content
+        sections = STAGE_SECTIONS[stage]
+        return content if sections is None else {k: content[k] for k in sections}
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, (list, tuple)):
@@ -98,34 +104,40 @@ _COMMON = {"persist_result": True, "result_serializer": "json"}
 
 
 @task(name="prepare-backgrounds", retries=1, **_COMMON)
-def prepare_backgrounds(cfg: BuildConfig, first: int, stop: int, cache_url: str) -> list[pipeline.BackgroundRecord]:
+def prepare_backgrounds(cfg: BuildConfig, first: int, stop: int, cache_url: str) -> list[BackgroundRecord]:
+    """Procedural backgrounds ``first..stop-1`` (``synrail.stages.backgrounds``)."""
     cache = Store(cache_url)
-    return [pipeline.prepare_background(cfg, index, cache) for index in range(first, stop)]
+    return [backgrounds.prepare_background(cfg, index, cache) for index in range(first, stop)]
 
 
 @task(name="prepare-obstacles", retries=1, **_COMMON)
-def prepare_obstacles(cfg: BuildConfig, class_name: str, cache_url: str) -> list[pipeline.GalleryRecord]:
-    return pipeline.prepare_gallery_class(cfg, class_name, Store(cache_url))
+def prepare_obstacles(cfg: BuildConfig, class_name: str, cache_url: str) -> list[GalleryRecord]:
+    """The procedural cutouts of one class (``synrail.stages.gallery``)."""
+    return gallery.prepare_gallery_class(cfg, class_name, Store(cache_url))
 
 
 @task(name="prepare-video", retries=1, **_COMMON)
 def prepare_video(cfg: BuildConfig, video: VideoRef, split: str | None, cache_url: str) -> VideoBackgrounds:
-    return prepare_video_backgrounds(cfg, video, split, Store(cache_url))
+    """The backgrounds of one video (``synrail.stages.videos``)."""
+    return videos.prepare_video_backgrounds(cfg, video, split, Store(cache_url))
 
 
 @task(name="prepare-gallery-source", retries=1, **_COMMON)
 def prepare_gallery_source(cfg: BuildConfig, source_index: int, cache_url: str) -> GallerySourceResult:
-    return gallery_stage.prepare_gallery_source(cfg, source_index, Store(cache_url))
+    """The cutouts of one real gallery source (``synrail.stages.gallery``)."""
+    return gallery.prepare_gallery_source(cfg, source_index, Store(cache_url))
 
 
 @task(name="compose-chunk", retries=2, retry_delay_seconds=1, **_COMMON)
-def compose_chunk(cfg: BuildConfig, first: int, stop: int, backgrounds: list[pipeline.BackgroundRecord],
-                  gallery: list[pipeline.GalleryRecord], cache_url: str, out_url: str,
-                  splits: list[str] | None = None) -> pipeline.ChunkRecord:
-    return pipeline.compose_chunk(cfg, first, stop, backgrounds, gallery, Store(cache_url), Store(out_url), splits)
+def compose_chunk(cfg: BuildConfig, first: int, stop: int, backgrounds: list[BackgroundRecord],
+                  gallery: list[GalleryRecord], cache_url: str, out_url: str,
+                  splits: list[str] | None = None) -> ChunkRecord:
+    """Images ``first..stop-1`` (``synrail.stages.compose``)."""
+    return compose.compose_chunk(cfg, first, stop, backgrounds, gallery, Store(cache_url), Store(out_url), splits)
 
 
 @task(name="export-dataset", retries=2, retry_delay_seconds=1, **_COMMON)
-def export(cfg: BuildConfig, chunks: list[pipeline.ChunkRecord], backgrounds: list[pipeline.BackgroundRecord],
-           gallery: list[pipeline.GalleryRecord], report: InputReport, out_url: str) -> ExportSummary:
-    return export_dataset(cfg, chunks, backgrounds, gallery, Store(out_url), report)
+def export_dataset(cfg: BuildConfig, chunks: list[ChunkRecord], backgrounds: list[BackgroundRecord],
+                   gallery: list[GalleryRecord], report: InputReport, out_url: str) -> export.ExportSummary:
+    """The dataset-wide documents (``synrail.stages.export``)."""
+    return export.export_dataset(cfg, chunks, backgrounds, gallery, Store(out_url), report)

@@ -16,9 +16,8 @@ import numpy as np
 
 from synrail.compose.harmonize import harmonize_lab, ring_pixels
 from synrail.compose.harmonizers import Harmonizer, make_harmonizer
+from synrail.compose.placement import GroundPoint, linear_pixel_width, metric_pixel_height, sample_ground_point
 from synrail.compose.shadows import contact_shadow, light_from_image, match_blur, match_noise
-from synrail.compose.placement import (GroundPoint, linear_pixel_width, metric_pixel_height,
-                                       sample_ground_point)
 from synrail.config import ComposeConfig
 from synrail.rail.geometry import CameraGeometry
 
@@ -71,7 +70,7 @@ class WindowMask:
         canvas[self.top:self.top + self.mask.shape[0], self.left:self.left + self.mask.shape[1]] = self.mask
         return canvas
 
-    def minus(self, other: "WindowMask") -> "WindowMask":
+    def minus(self, other: WindowMask) -> WindowMask:
         """This mask without the pixels of ``other``."""
         top, left = max(self.top, other.top), max(self.left, other.left)
         bottom = min(self.top + self.mask.shape[0], other.top + other.mask.shape[0])
@@ -201,7 +200,7 @@ def drop_hidden(placements: Sequence[Placement], cfg: ComposeConfig) -> tuple[li
     kept = sorted(placements, key=lambda p: -p.point.distance_m)
     while kept:
         visible = _visible_masks(kept)
-        scores = [(m.area, m.area / p.full_px) for p, m in zip(kept, visible)]
+        scores = [(m.area, m.area / p.full_px) for p, m in zip(kept, visible, strict=True)]
         failing = [i for i, (px, vis) in enumerate(scores) if vis < cfg.min_visibility or px < cfg.min_visible_px]
         if not failing:
             return kept, visible
@@ -281,6 +280,6 @@ def compose_image(bg: SceneBackground, gallery: Mapping[str, Sequence[GalleryCut
                  ground_uv=(p.point.u, p.point.v),
                  visible_mask=m, visibility=m.area / p.full_px,
                  truncated=p.in_image.area < p.full_px, occluded=m.area < p.in_image.area)
-        for p, m in zip(kept, visible)
+        for p, m in zip(kept, visible, strict=True)
     ]
     return Composite(image=canvas, instances=instances)

@@ -310,9 +310,10 @@ class _LearnedHarmonizer(Harmonizer):
                 if result.shape != (len(chunk), *inputs[chunk[0]][0].shape):
                     raise ValueError(f"{self.name} model returned shape {result.shape}, "
                                      f"expected {(len(chunk), *inputs[chunk[0]][0].shape)}")
-                for i, harmonized in zip(chunk, result):
+                for i, harmonized in zip(chunk, result, strict=True):
                     outputs[i] = harmonized
-        return [take_masked(image, mask, output) for image, mask, output in zip(composites, masks, outputs)]
+        return [take_masked(image, mask, output)
+                for image, mask, output in zip(composites, masks, outputs, strict=True)]
 
     def _model_input(self, composite_bgr: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rgb = cv2.cvtColor(composite_bgr, cv2.COLOR_BGR2RGB).astype(np.float32) / 255.0
@@ -387,7 +388,7 @@ class OnnxHarmonizer(_LearnedHarmonizer):
         if self._static_batch and count < self._static_batch:  # repeat the last image up to the fixed batch
             images, masks = (np.concatenate([a, np.repeat(a[-1:], self._static_batch - count, axis=0)])
                              for a in (images, masks))
-        feed = dict(zip(self._input_names, (images, masks)))
+        feed = dict(zip(self._input_names, (images, masks), strict=True))
         return np.asarray(self.session.run(None, feed)[0])[:count]
 
 

@@ -22,7 +22,7 @@ def track_rows(track_mask: np.ndarray) -> dict[int, np.ndarray]:
     if rows.size == 0:
         return {}
     starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
-    return {int(rows[s]): cols[s:e] for s, e in zip(starts, np.r_[starts[1:], rows.size])}
+    return {int(rows[s]): cols[s:e] for s, e in zip(starts, np.r_[starts[1:], rows.size], strict=True)}
 
 
 def sample_ground_point(geometry: CameraGeometry, rows: dict[int, np.ndarray], distance_range: tuple[float, float],

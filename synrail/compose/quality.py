@@ -12,7 +12,7 @@ Four components in [0, 1], 1 = good:
 Per-obstacle values are averaged. total = the weighted geometric mean of the components, so one
 very bad component sinks the composite whatever the others are. No obstacles: every score is 1.
 
-Resampling: attempt k of image i draws from ``default_rng(resample_seed(seed, i, k, stream))``.
+Resampling: attempt k of image i draws from ``synrail.randomness.image_rng(seed, i, k)``.
 """
 
 from __future__ import annotations
@@ -60,17 +60,6 @@ class _Window(Protocol):
     top: int
     left: int
     mask: np.ndarray
-
-
-def resample_seed(base_seed: int, image_index: int, attempt: int, stream: int) -> list[int]:
-    """Seed of attempt ``attempt`` of image ``image_index``: ``[seed, stream, i, k]``.
-
-    Attempt 0 is ``[seed, stream, i]``, the seed an image has without quality control, so turning
-    it on redraws only the images that fail.
-    """
-    if attempt < 0:
-        raise ValueError(f"attempt must be >= 0, got {attempt}")
-    return [base_seed, stream, image_index] + ([attempt] if attempt else [])
 
 
 # -- components -----------------------------------------------------------------------------------
@@ -154,7 +143,7 @@ def _weighted_geometric_mean(values: Sequence[float], weights: Sequence[float]) 
     total_weight = sum(weights)
     if total_weight <= 0:
         return 1.0
-    return math.exp(sum(w * math.log(max(v, 1e-9)) for v, w in zip(values, weights)) / total_weight)
+    return math.exp(sum(w * math.log(max(v, 1e-9)) for v, w in zip(values, weights, strict=True)) / total_weight)
 
 
 def composite_quality(image_bgr: np.ndarray, instance_masks: Sequence[_Window], background_bgr: np.ndarray,
@@ -175,7 +164,8 @@ def composite_quality(image_bgr: np.ndarray, instance_masks: Sequence[_Window], 
     boundary = float(np.mean([boundary_score(image_bgr, background_bgr, s) for s in sites]))
     colour = float(np.mean([colour_score(image_bgr, background_bgr, s, cfg.colour_scale) for s in sites]))
     visibility = float(np.clip(np.mean(visibilities), 0.0, 1.0))
-    scale = float(np.mean([scale_score(p, e, cfg.scale_tolerance) for p, e in zip(pixel_heights, expected_heights)]))
+    scale = float(np.mean([scale_score(p, e, cfg.scale_tolerance)
+                           for p, e in zip(pixel_heights, expected_heights, strict=True)]))
     total = _weighted_geometric_mean(
         (boundary, colour, visibility, scale),
         (cfg.boundary_weight, cfg.colour_weight, cfg.visibility_weight, cfg.scale_weight))

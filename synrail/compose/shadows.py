@@ -162,8 +162,9 @@ def contact_shadow(canvas_bgr: np.ndarray, object_mask: _Window, ground_row: int
     height, the only draw) and fainter the softer: core darkness ``strength * 0.045 / (softness +
     0.03)``), and a tight ambient-occlusion blob of darkness ``0.8 * strength`` at the foot.
     Only pixels outside ``object_mask`` and at or below ``ground_row - rise`` change, rise = 3 % of
-    the object's height (at least 1 px): the blob's soft top edge, and a side-lit footprint. A shadow falling away from the camera lies behind
-    the object, above the contact row: only the part of it beside the object's foot shows.
+    the object's height (at least 1 px): the blob's soft top edge, and a side-lit footprint. A shadow
+    falling away from the camera lies behind the object, above the contact row: only the part of it
+    beside the object's foot shows.
     """
     mask_rows = np.flatnonzero(object_mask.mask.any(axis=1))
     if mask_rows.size == 0 or strength <= 0:

@@ -21,7 +21,7 @@ from typing import Protocol
 import cv2
 import numpy as np
 
-from synrail.compose.weather_config import ADVERSE_BACKGROUNDS, WEATHER_CONDITIONS, Condition, WeatherConfig
+from synrail.compose.weather_config import ADVERSE_BACKGROUNDS, WEATHER_CONDITIONS, WeatherConfig
 from synrail.rail.geometry import CameraGeometry
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # else its import asks PyPI for a newer version

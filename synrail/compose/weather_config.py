@@ -47,8 +47,8 @@ class WeatherConfig(BaseModel):
         return mix
 
     @field_validator("fog_visibility_m", "fog_transmission", "fog_airlight", "rain_slant", "rain_darkening",
-                     "snow_cover", "snow_brightness", "snow_flake_layers", "dark_exposure", "dark_gamma", "dark_noise_std",
-                     "headlight_gain", "glare_radius")
+                     "snow_cover", "snow_brightness", "snow_flake_layers", "dark_exposure", "dark_gamma",
+                     "dark_noise_std", "headlight_gain", "glare_radius")
     @classmethod
     def _ordered(cls, value: Range, info: ValidationInfo) -> Range:
         if value[0] > value[1]:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 
 import yaml
+
+from synrail.records import ImageRow, ManifestAnnotationRow
 
 DISTANCE_BINS_M = (0, 15, 30, 45, 60, 75)
 CARD_PACKAGES = ("synrail", "numpy", "opencv-python-headless", "pycocotools", "pyarrow", "pydantic", "fsspec",
@@ -25,7 +28,7 @@ def package_versions(names: Sequence[str] = CARD_PACKAGES) -> dict[str, str]:
 
 
 def distance_bucket(distance_m: float) -> str:
-    for low, high in zip(DISTANCE_BINS_M, DISTANCE_BINS_M[1:]):
+    for low, high in itertools.pairwise(DISTANCE_BINS_M):
         if low <= distance_m < high:
             return f"{low}-{high} m"
     return f">= {DISTANCE_BINS_M[-1]} m"
@@ -53,13 +56,13 @@ def _origin_sentence(config: dict[str, Any]) -> str:
             f"obstacles: {', '.join(s['type'] for s in config['gallery']['sources'])}.")
 
 
-def _quality_section(images: Sequence[dict[str, Any]]) -> str:
-    scores = [i["quality"] for i in images if i.get("quality") is not None]
+def _quality_section(images: Sequence[ImageRow]) -> str:
+    scores = [i.quality for i in images if i.quality is not None]
     if not scores:
         return "## Composite quality\n\nQuality control was off for this build."
     bins = [(0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.01)]
     rows = [[f"{low:.2f}-{min(high, 1.0):.2f}", sum(low <= q < high for q in scores)] for low, high in bins]
-    redrawn = sum(1 for i in images if i.get("attempts", 1) > 1)
+    redrawn = sum(1 for i in images if i.attempts > 1)
     return ("## Composite quality\n\n" + _table(["score", "images"], rows)
             + f"\n\n{redrawn} image(s) were redrawn at least once; mean score {sum(scores) / len(scores):.3f}.")
 
@@ -79,17 +82,17 @@ def _inputs_section(backgrounds: Sequence[dict[str, Any]], report: Any) -> str:
     return "\n".join(lines)
 
 
-def dataset_card(config: dict[str, Any], images: Sequence[dict[str, Any]], annotations: Sequence[dict[str, Any]],
+def dataset_card(config: dict[str, Any], images: Sequence[ImageRow], annotations: Sequence[ManifestAnnotationRow],
                  backgrounds: Sequence[dict[str, Any]], classes: Sequence[str], splits: Sequence[str],
                  report: Any = None) -> str:
     """Markdown card; deterministic (no times, no paths) so that equal builds have equal cards."""
-    per_class = Counter((a["class_name"], a["split"]) for a in annotations)
-    per_condition = Counter((i["condition"], i["split"]) for i in images)
-    per_split_images = Counter(i["split"] for i in images)
+    per_class = Counter((a.class_name, a.split) for a in annotations)
+    per_condition = Counter((i.condition, i.split) for i in images)
+    per_split_images = Counter(i.split for i in images)
     buckets = [distance_bucket(low) for low in DISTANCE_BINS_M]
-    distances = Counter(distance_bucket(a["distance_m"]) for a in annotations)
-    conditions = sorted({i["condition"] for i in images})
-    empty = sum(1 for i in images if i["num_annotations"] == 0)
+    distances = Counter(distance_bucket(a.distance_m) for a in annotations)
+    conditions = sorted({i.condition for i in images})
+    empty = sum(1 for i in images if i.num_annotations == 0)
     return "\n\n".join([
         f"# Dataset card: {config['name']}",
         "Synthetic railway-obstacle detection data made by SynRail. " + _origin_sentence(config),

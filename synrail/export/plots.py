@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 import cv2
 import numpy as np
 
 from synrail.export.card import DISTANCE_BINS_M, distance_bucket
-from synrail.store import Store
+from synrail.records import ImageRow, ManifestAnnotationRow
+from synrail.storage.store import Store
 
 GRID_IMAGES = 6
 GRID_TILE_WIDTH = 480
@@ -34,17 +34,17 @@ def _bar_chart(counts: dict[str, int], title: str) -> bytes:
     return buffer.getvalue()
 
 
-def sample_grid(out: Store, images: Sequence[dict[str, Any]], annotations: Sequence[dict[str, Any]],
+def sample_grid(out: Store, images: Sequence[ImageRow], annotations: Sequence[ManifestAnnotationRow],
                 classes: Sequence[str]) -> bytes:
     """The first images with obstacles, their boxes and class names drawn, as one PNG."""
-    chosen = [i for i in images if i["num_annotations"] > 0][:GRID_IMAGES]
+    chosen = [i for i in images if i.num_annotations > 0][:GRID_IMAGES]
     tiles = []
     for image in chosen:
-        pixels = cv2.imdecode(np.frombuffer(out.read_bytes(image["file_name"]), np.uint8), cv2.IMREAD_COLOR)
-        for a in (a for a in annotations if a["image_index"] == image["image_index"]):
-            x, y, w, h = a["bbox_x"], a["bbox_y"], a["bbox_w"], a["bbox_h"]
+        pixels = cv2.imdecode(np.frombuffer(out.read_bytes(image.file_name), np.uint8), cv2.IMREAD_COLOR)
+        for a in (a for a in annotations if a.image_index == image.image_index):
+            x, y, w, h = a.bbox_x, a.bbox_y, a.bbox_w, a.bbox_h
             cv2.rectangle(pixels, (x, y), (x + w - 1, y + h - 1), (0, 0, 255), 2)
-            cv2.putText(pixels, f"{a['class_name']} {a['distance_m']:.0f} m", (x, max(12, y - 4)),
+            cv2.putText(pixels, f"{a.class_name} {a.distance_m:.0f} m", (x, max(12, y - 4)),
                         cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 255), 1, cv2.LINE_AA)
         scale = GRID_TILE_WIDTH / pixels.shape[1]
         tiles.append(cv2.resize(pixels, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA))
@@ -57,12 +57,12 @@ def sample_grid(out: Store, images: Sequence[dict[str, Any]], annotations: Seque
     return png.tobytes()
 
 
-def write_card_figures(out: Store, images: Sequence[dict[str, Any]], annotations: Sequence[dict[str, Any]],
+def write_card_figures(out: Store, images: Sequence[ImageRow], annotations: Sequence[ManifestAnnotationRow],
                        classes: Sequence[str]) -> list[str]:
     """Write the figures under ``card/`` and return their paths (for the card's links)."""
-    per_class = Counter(a["class_name"] for a in annotations)
-    distances = Counter(distance_bucket(a["distance_m"]) for a in annotations)
-    conditions = Counter(i["condition"] for i in images)
+    per_class = Counter(a.class_name for a in annotations)
+    distances = Counter(distance_bucket(a.distance_m) for a in annotations)
+    conditions = Counter(i.condition for i in images)
     figures = {
         "card/classes.png": _bar_chart({c: per_class[c] for c in classes}, "obstacles per class"),
         "card/distances.png": _bar_chart({distance_bucket(b): distances[distance_bucket(b)] for b in DISTANCE_BINS_M},

@@ -41,7 +41,7 @@ class CameraGeometry(BaseModel):
 
     @classmethod
     def from_fov(cls, width: int, height: int, hfov_deg: float, height_m: float, pitch_deg: float,
-                 **track: float) -> "CameraGeometry":
+                 **track: float) -> CameraGeometry:
         focal = (width / 2) / math.tan(math.radians(hfov_deg) / 2)
         return cls(width=width, height=height, focal_px=focal, cx=(width - 1) / 2, cy=(height - 1) / 2,
                    height_m=height_m, pitch_rad=math.radians(pitch_deg), **track)

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from synrail.export.coco import decode_rle, encode_rle
 from synrail.segment.base import MaskResult, Prompt, Segmenter
-from synrail.store import Store, StoreError, sha256_bytes
+from synrail.storage.store import Store, StoreError, sha256_bytes
 
 SCHEMA = pa.schema([
     ("image_sha256", pa.string()),
@@ -69,14 +69,14 @@ class MaskCache:
         if len(found) < len(set(keys)):
             self._read_new_shards(identity)
             found = self._lookup(identity, image_sha256, keys)
-        missing = {key: prompt for key, prompt in zip(keys, prompts) if key not in found}
+        missing = {key: prompt for key, prompt in zip(keys, prompts, strict=True) if key not in found}
         if missing:
             computed = segmenter.segment(image_bgr, list(missing.values()))
             if len(computed) != len(missing):
                 raise RuntimeError(f"segmenter {identity} returned {len(computed)} masks for {len(missing)} prompts")
-            self._write_shard(identity, image_sha256, dict(zip(missing, computed)))
+            self._write_shard(identity, image_sha256, dict(zip(missing, computed, strict=True)))
             found.update({key: MaskResult(r.mask.astype(bool, copy=False), float(r.score))
-                          for key, r in zip(missing, computed)})
+                          for key, r in zip(missing, computed, strict=True)})
         return [found[key] for key in keys]
 
     def compact(self, identity: str | None = None) -> int:

@@ -81,8 +81,8 @@ def prompt_pixel_box(prompt: Prompt, shape: tuple[int, int]) -> PixelBox | None:
 
 def box_around_points(prompt: Prompt, shape: tuple[int, int]) -> tuple[float, float, float, float]:
     """Bounding box of the foreground points (all points when there are none), grown by a margin."""
-    foreground = [p for p, label in zip(prompt.points, prompt.point_labels) if label == 1]
-    xs, ys = zip(*(foreground or prompt.points))
+    foreground = [p for p, label in zip(prompt.points, prompt.point_labels, strict=True) if label == 1]
+    xs, ys = zip(*(foreground or prompt.points), strict=True)
     margin = max(MIN_POINT_BOX_MARGIN_PX, POINT_BOX_MARGIN_FRACTION * max(shape))
     return min(xs) - margin, min(ys) - margin, max(xs) + margin + 1, max(ys) + margin + 1
 
@@ -113,7 +113,7 @@ def initial_labels(shape: tuple[int, int], box: PixelBox, points: Sequence[tuple
         ring = np.ones(shape, bool)
         ring[1:-1, 1:-1] = False
         labels[ring] = cv2.GC_PR_BGD
-    for (x, y), label in zip(points, point_labels):
+    for (x, y), label in zip(points, point_labels, strict=True):
         cv2.circle(labels, (int(round(x)), int(round(y))), SEED_RADIUS_PX,
                    int(cv2.GC_FGD if label == 1 else cv2.GC_BGD), thickness=-1)
     return labels

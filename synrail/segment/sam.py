@@ -15,7 +15,7 @@ import torch
 from segment_anything import SamPredictor, sam_model_registry
 from segment_anything.modeling import Sam
 
-from synrail.segment.base import MaskResult, Prompt, Segmenter, as_bgr8, postprocess_mask
+from synrail.segment.base import MaskResult, Prompt, as_bgr8, postprocess_mask
 
 SamModelType = Literal["vit_b", "vit_l", "vit_h"]
 HASH_CHUNK_BYTES = 1 << 20
@@ -66,7 +66,7 @@ class SamSegmenter:
             try:
                 for indices in homogeneous_batches(prompts, self.batch_size):
                     masks, scores = self._predict_best([prompts[i] for i in indices], rgb.shape[:2])
-                    for i, mask, score in zip(indices, masks, scores):
+                    for i, mask, score in zip(indices, masks, scores, strict=True):
                         results[i] = self._finish(mask, float(score))
             finally:
                 self._predictor.reset_image()  # drop the features: they are big and belong to this image

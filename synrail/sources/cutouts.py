@@ -17,9 +17,16 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from synrail.segment.base import MaskResult, Prompt, Segmenter, postprocess_mask
-from synrail.sources.gallery_sources import (ObstacleCandidate, Skipped, decode_image_bytes, decode_labels,
-                                             instance_mask, mask_box, read_url_bytes)
-from synrail.store import Store, sha256_bytes
+from synrail.sources.gallery_sources import (
+    ObstacleCandidate,
+    Skipped,
+    decode_image_bytes,
+    decode_labels,
+    instance_mask,
+    mask_box,
+    read_url_bytes,
+)
+from synrail.storage.store import Store, sha256_bytes
 
 
 class SegmentCache(Protocol):
@@ -113,7 +120,8 @@ def _segmented_masks(group: Sequence[ObstacleCandidate], image_bgr: np.ndarray, 
     results = mask_cache.segment_cached(segmenter, image_bgr, image_sha256, prompts)
     if len(results) != len(prompts):
         raise ValueError(f"segmenter {segmenter.identity} returned {len(results)} masks for {len(prompts)} prompts")
-    return [_Masked(c, np.asarray(r.mask, bool), float(r.score), segmented=True) for c, r in zip(group, results)]
+    return [_Masked(c, np.asarray(r.mask, bool), float(r.score), segmented=True)
+            for c, r in zip(group, results, strict=True)]
 
 
 def _final_mask(item: _Masked, min_score: float, min_area_px: int) -> np.ndarray | str:

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from synrail.segment.base import Prompt
-from synrail.store import Store, sha256_bytes
+from synrail.storage.store import Store, sha256_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -77,7 +77,7 @@ class DiffusionPromptConfig(BaseModel):
     suffix: str = DEFAULT_SUFFIX  # appended to every prompt: a plain background eases cutting out
 
     @model_validator(mode="after")
-    def _placeholders_known(self) -> "DiffusionPromptConfig":
+    def _placeholders_known(self) -> DiffusionPromptConfig:
         for name, choices in self.vocabulary.items():
             if not choices:
                 raise ValueError(f"vocabulary for placeholder {{{name}}} is empty")
@@ -270,7 +270,7 @@ class DiffusionGenerator:
         """Device type and dtype: both change the output pixels, so both go into cache keys."""
         return f"{self.device}/{self.dtype}"
 
-    def _noise(self, seed: int) -> "torch.Generator":
+    def _noise(self, seed: int) -> torch.Generator:
         import torch
 
         # A CPU generator draws the same initial noise whatever device denoises it; diffusers moves it over.
@@ -332,7 +332,7 @@ class DiffusionCache:
         keys = [self.key(generator, spec) for spec in specs]
         found: dict[str, str] = {}  # key -> sha256
         misses: dict[str, PromptSpec] = {}  # one per key, even when a spec repeats
-        for key, spec in zip(keys, specs):
+        for key, spec in zip(keys, specs, strict=True):
             if key in found or key in misses:
                 continue
             if self.store.exists(self.image_path(key)):
@@ -343,13 +343,13 @@ class DiffusionCache:
         for start in range(0, len(pending), generator.cfg.batch_size):
             found.update(self._generate_batch(generator, pending[start:start + generator.cfg.batch_size]))
         return [GeneratedImage(spec=spec, path=self.image_path(key), sha256=found[key], key=key)
-                for key, spec in zip(keys, specs)]
+                for key, spec in zip(keys, specs, strict=True)]
 
     def _generate_batch(self, generator: DiffusionGenerator,
                         batch: Sequence[tuple[str, PromptSpec]]) -> dict[str, str]:
         images = generator.generate([spec for _, spec in batch])
         rows = []
-        for (key, spec), image in zip(batch, images):
+        for (key, spec), image in zip(batch, images, strict=True):
             ok, png = cv2.imencode(".png", image)
             if not ok:
                 raise ValueError(f"cannot encode the generated image for {spec.text!r} as PNG")

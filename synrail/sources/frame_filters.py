@@ -121,7 +121,7 @@ class UltralyticsDetector:
                                         verbose=False)[0]
         boxes = result.boxes
         return [Detection(class_name=self.names[int(c)], score=float(s), box=tuple(float(v) for v in xyxy))
-                for c, s, xyxy in zip(boxes.cls.tolist(), boxes.conf.tolist(), boxes.xyxy.tolist())]
+                for c, s, xyxy in zip(boxes.cls.tolist(), boxes.conf.tolist(), boxes.xyxy.tolist(), strict=True)]
 
 
 # -- configuration -------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from PIL import Image
 
 from synrail.segment.base import Prompt
 from synrail.sources.procedural_obstacles import OBSTACLE_KINDS, SIZE_PRIORS_M
-from synrail.store import Store
+from synrail.storage.store import Store
 
 PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 RGBA_SUFFIXES = (".png", ".webp")

@@ -27,6 +27,7 @@ import cv2
 import numpy as np
 
 from synrail.rail.geometry import CameraGeometry
+from synrail.randomness import RenderStream, render_rng
 
 TRACK_TYPES = ("ballasted", "ballastless")
 CONDITIONS = ("normal", "overcast", "fog", "dusk")
@@ -48,11 +49,6 @@ CONTACT_WIRE_HEIGHT_M = 5.5
 MESSENGER_WIRE_HEIGHT_M = 6.8
 
 _AA_FILTER = 1.25  # box-filter width in pixels; a bit over one pixel damps moire on sleepers
-
-# Seeds of the independent random streams inside one render: toggling clutter must not shift
-# the ground textures or the sensor noise.
-_GROUND_STREAM, _SKY_STREAM, _CLUTTER_STREAM, _SENSOR_STREAM = range(4)
-
 
 @dataclass(frozen=True)
 class BackgroundSpec:
@@ -193,11 +189,11 @@ def _choose_condition(rng: np.random.Generator, conditions: Mapping[str, float])
 
 def _jitter(rng: np.random.Generator, colour: BGR, per_channel: float, scale: float = 1.0) -> BGR:
     factors = scale * rng.uniform(1 - per_channel, 1 + per_channel, 3)
-    return tuple(float(c * f) for c, f in zip(colour, factors))
+    return tuple(float(c * f) for c, f in zip(colour, factors, strict=True))
 
 
 def _mix(a: BGR, b: BGR, t: float) -> BGR:
-    return tuple(float(x + (y - x) * t) for x, y in zip(a, b))
+    return tuple(float(x + (y - x) * t) for x, y in zip(a, b, strict=True))
 
 
 def _clip_colour(colour: BGR, top: float) -> BGR:
@@ -211,16 +207,13 @@ def render_background(spec: BackgroundSpec) -> np.ndarray:
     image = np.empty((geometry.height, geometry.width, 3), dtype=np.float32)
     first_ground_row = min(geometry.height, max(0, math.floor(geometry.horizon_v()) + 1))
     if first_ground_row > 0:
-        image[:first_ground_row] = _render_sky(spec, first_ground_row, _stream(spec, _SKY_STREAM))
+        image[:first_ground_row] = _render_sky(spec, first_ground_row, render_rng(spec.palette_seed, RenderStream.SKY))
     if first_ground_row < geometry.height:
-        image[first_ground_row:] = _render_ground(spec, first_ground_row, _stream(spec, _GROUND_STREAM))
-    clutter = _render_clutter(spec, geometry.track_mask(), _stream(spec, _CLUTTER_STREAM))
+        ground_rng = render_rng(spec.palette_seed, RenderStream.GROUND)
+        image[first_ground_row:] = _render_ground(spec, first_ground_row, ground_rng)
+    clutter = _render_clutter(spec, geometry.track_mask(), render_rng(spec.palette_seed, RenderStream.CLUTTER))
     image = image * (1.0 - clutter[..., 3:] / np.float32(255)) + clutter[..., :3] / np.float32(255)
-    return _finish(image, spec, _stream(spec, _SENSOR_STREAM))
-
-
-def _stream(spec: BackgroundSpec, stream: int) -> np.random.Generator:
-    return np.random.default_rng([spec.palette_seed, stream])
+    return _finish(image, spec, render_rng(spec.palette_seed, RenderStream.SENSOR))
 
 
 def _colour(bgr: BGR, scale: float = 1.0) -> np.ndarray:

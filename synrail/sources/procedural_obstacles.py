@@ -9,10 +9,10 @@ an exact, hard (0/255) mask. All randomness comes from the caller's generator.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import cv2
 import numpy as np
@@ -428,7 +428,7 @@ def _draw_body(c: _Canvas, rng: np.random.Generator, sp: _Species, main: Color, 
             c.ellipse(centre, (rng.uniform(0.08, 0.2) * length, rng.uniform(0.15, 0.35) * depth), second,
                       angle_deg=rng.uniform(0, 180), paint_only=True)
     if sp.name == "deer":  # paler belly
-        belly = tuple((m + s) / 2 for m, s in zip(main, second))
+        belly = tuple((m + s) / 2 for m, s in zip(main, second, strict=True))
         c.ellipse((0, y_body - 0.4 * depth), (0.36 * length, 0.15 * depth), belly, paint_only=True)
     _draw_neck_and_head(c, rng, sp, main, second, f, length, depth, y_body)
 
@@ -561,7 +561,7 @@ def _draw_van(c: _Canvas, rng: np.random.Generator, paint: Color, f: int, length
     if rng.random() < 0.5:  # minibus: passenger windows along the side
         n = int(rng.integers(2, 4))
         edges = np.linspace(-half + 0.3, screen_top - 0.7, n + 1)
-        for a, b in zip(edges[:-1], edges[1:]):
+        for a, b in zip(edges[:-1], edges[1:], strict=True):
             c.polygon([(x(a + 0.05), win_bottom), (x(a + 0.05), 0.88 * height), (x(b - 0.05), 0.88 * height),
                        (x(b - 0.05), win_bottom)], _GLASS)
     else:

@@ -24,7 +24,7 @@ import fsspec
 import numpy as np
 import pyarrow.parquet as pq
 
-from synrail.store import LOCAL_PROTOCOLS
+from synrail.storage.store import LOCAL_PROTOCOLS
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov")
 SIDECAR_COLUMNS = ("country", "weather", "track_type", "time_of_day")

@@ -14,10 +14,16 @@ from typing import Any
 import cv2
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from synrail.sources.frame_filters import (NO_DETECTOR_NOTE, FilterConfig, FrameDecision, ObstacleDetector,
-                                           detector_from_config, filter_frames)
+from synrail.sources.frame_filters import (
+    NO_DETECTOR_NOTE,
+    FilterConfig,
+    FrameDecision,
+    ObstacleDetector,
+    detector_from_config,
+    filter_frames,
+)
 from synrail.sources.video import VideoError, VideoRef, read_sidecar, sample_frames, sidecar_metadata
-from synrail.store import Store
+from synrail.storage.store import Store
 
 
 class VideoSourceConfig(BaseModel):
@@ -37,7 +43,7 @@ class VideoSourceConfig(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _exactly_one_rate(self) -> "VideoSourceConfig":
+    def _exactly_one_rate(self) -> VideoSourceConfig:
         if (self.fps is None) == (self.stride is None):
             raise ValueError(f"set exactly one of fps and stride (got fps={self.fps}, stride={self.stride})")
         return self

@@ -197,7 +197,7 @@ def predict_coco(weights: str | Path, coco: dict[str, Any] | str | Path, images_
         chunk = images[start:start + batch]
         predictions = model.predict([str(path) for _, path in chunk], conf=conf, imgsz=imgsz, device=device,
                                     batch=batch, verbose=False)
-        for (image_id, _), prediction in zip(chunk, predictions):
+        for (image_id, _), prediction in zip(chunk, predictions, strict=True):
             results += _coco_results(image_id, prediction, categories)
     return results
 
@@ -205,7 +205,7 @@ def predict_coco(weights: str | Path, coco: dict[str, Any] | str | Path, images_
 def _coco_results(image_id: int, prediction: Any, categories: dict[int, int]) -> list[dict[str, Any]]:
     boxes = prediction.boxes
     rows = []
-    for (x1, y1, x2, y2), score, cls in zip(boxes.xyxy.tolist(), boxes.conf.tolist(), boxes.cls.tolist()):
+    for (x1, y1, x2, y2), score, cls in zip(boxes.xyxy.tolist(), boxes.conf.tolist(), boxes.cls.tolist(), strict=True):
         if int(cls) in categories:
             rows.append({"image_id": image_id, "category_id": categories[int(cls)],
                          "bbox": [round(x1, 2), round(y1, 2), round(x2 - x1, 2), round(y2 - y1, 2)],

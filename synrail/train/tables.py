@@ -42,7 +42,7 @@ class Table(BaseModel):
 
     def records(self) -> list[dict[str, str]]:
         """Rows as {column: text}, for CSV and Prefect table artifacts."""
-        return [dict(zip(self.columns, map(format_cell, row))) for row in self.rows]
+        return [dict(zip(self.columns, map(format_cell, row), strict=True)) for row in self.rows]
 
 
 class ModelResult(BaseModel):

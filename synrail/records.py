@@ -1,0 +1,181 @@
+"""Every record that one stage hands to another, and the rows of the dataset's tables.
+
+Records are small frozen pydantic models that hold store paths and content hashes, never pixel
+arrays: tasks pass them between workers and cache them as JSON. Rows are the typed form of the
+Parquet tables: their Arrow schema is derived from the fields (``synrail.storage.tables``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from synrail.rail.geometry import CameraGeometry
+from synrail.sources.video_backgrounds import QuarantineRecord
+
+SPLITS = ("train", "val", "test")
+
+__all__ = ["SPLITS", "AnnotationRow", "BackgroundRecord", "ChunkRecord", "GalleryRecord", "GallerySourceResult",
+           "ImageRow", "InputReport", "ManifestAnnotationRow", "QuarantineRecord", "Record", "SkipRow",
+           "UnusedFrame", "VideoBackgrounds"]
+
+
+class Record(BaseModel):
+    """Base of every inter-stage record: frozen, so a cached result cannot be changed in place."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+# -- backgrounds ------------------------------------------------------------------------------------
+class BackgroundRecord(Record):
+    """One background frame with its track area and camera, as the compose stage reads it."""
+
+    background_id: str
+    index: int
+    split: str
+    source: str
+    path: str  # PNG, relative to the cache store
+    sha256: str
+    width: int
+    height: int
+    track_type: str
+    condition: str
+    geometry: CameraGeometry
+    fog_beta: float
+    airlight_bgr: tuple[float, float, float]
+    illumination_bgr: tuple[float, float, float]
+    sensor_noise: float
+    rail_area: dict[str, Any]  # compressed RLE of the track area
+    rail_area_px: int
+    light_deg: tuple[float, float] | None = None  # sun azimuth, elevation when known (rendered scenes)
+
+
+class UnusedFrame(Record):
+    """A sampled frame left out of the backgrounds, with the reason."""
+
+    video: str
+    frame_index: int
+    reason: str
+
+
+class VideoBackgrounds(Record):
+    """What the video stage made of one video: backgrounds, frames left out, or a quarantine row."""
+
+    video: str
+    records: list[BackgroundRecord]
+    unused: list[UnusedFrame]
+    quarantine: QuarantineRecord | None
+    notes: list[str]
+
+
+# -- gallery ----------------------------------------------------------------------------------------
+class GalleryRecord(Record):
+    """One obstacle cutout (RGBA PNG in the cache store) with its physical height."""
+
+    cutout_id: str
+    class_name: str
+    source: str
+    path: str  # RGBA PNG, relative to the cache store
+    sha256: str
+    height_m: float
+    width_px: int
+    height_px: int
+    mask_px: int
+    mask_score: float = 1.0  # the segmenter's quality estimate; 1.0 for drawn or shipped masks
+
+
+class SkipRow(Record):
+    """An obstacle candidate of a real gallery source that was left out, with the reason."""
+
+    source: str
+    instance_key: str
+    reason: str
+
+
+class GallerySourceResult(Record):
+    """What the gallery stage made of one real source."""
+
+    records: list[GalleryRecord]
+    skipped: list[SkipRow]
+
+
+class InputReport(Record):
+    """Every input a build looked at and left out, with its reason (the card and manifests show it)."""
+
+    videos: list[str] = []  # every video the build looked at, used or not
+    quarantine: list[QuarantineRecord] = []
+    unused_frames: list[UnusedFrame] = []
+    skipped_obstacles: list[SkipRow] = []
+    notes: list[str] = []
+
+
+# -- composition ------------------------------------------------------------------------------------
+class ChunkRecord(Record):
+    """Images ``first..stop-1`` as written by the compose stage: their two Parquet tables."""
+
+    first: int
+    stop: int
+    images_path: str  # Parquet, relative to the output store
+    annotations_path: str
+    sha256: str  # of both tables together
+    num_images: int
+    num_annotations: int
+
+
+class ImageRow(Record):
+    """One composite image: a row of a chunk's images table and of ``manifest/images.parquet``."""
+
+    image_id: str
+    image_index: int
+    split: str
+    file_name: str
+    width: int
+    height: int
+    background_id: str
+    condition: str  # the background's condition, or the weather laid over it
+    background_condition: str
+    track_type: str
+    num_annotations: int
+    sha256: str
+    quality: float | None
+    attempts: int
+
+
+class AnnotationRow(Record):
+    """One obstacle instance: a row of a chunk's annotations table (the export contract's columns)."""
+
+    image_id: str
+    image_index: int
+    instance: int
+    class_name: str
+    category_id: int  # 0-based index in cfg.classes (COCO adds 1)
+    rle_counts: str
+    rle_height: int
+    rle_width: int
+    bbox_x: int
+    bbox_y: int
+    bbox_w: int
+    bbox_h: int
+    area: int
+    distance_m: float
+    visibility: float
+    truncated: bool
+    occluded: bool
+    height_m: float
+    ground_u: int
+    ground_v: int
+    source: str
+    cutout_id: str
+
+    @property
+    def bbox(self) -> tuple[int, int, int, int]:
+        """``(x, y, w, h)`` in pixels."""
+        return self.bbox_x, self.bbox_y, self.bbox_w, self.bbox_h
+
+
+class ManifestAnnotationRow(AnnotationRow):
+    """An annotation row of ``manifest/annotations.parquet``: numbered across the dataset, with its split."""
+
+    annotation_id: int
+    split: str

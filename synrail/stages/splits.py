@@ -1,0 +1,110 @@
+"""Who goes where: backgrounds, videos and images assigned to train / val / test.
+
+Backgrounds are assigned to splits (largest-remainder counts, shuffled by seed), so no scene is seen
+in training and testing both; images are contiguous index blocks per split and draw their
+background from their split only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from synrail.config import BuildConfig
+from synrail.randomness import SplitPlan, Stream, rng_for, split_plan_rng
+from synrail.records import SPLITS
+from synrail.sources.video import VideoRef
+
+CONFIG_SECTIONS = ("seed", "num_images", "splits", "backgrounds")
+
+
+def largest_remainder(total: int, weights: Mapping[str, float]) -> dict[str, int]:
+    """Split ``total`` in proportion to ``weights``; every key with weight gets at least one when possible."""
+    keys = list(weights)
+    scale = total / sum(weights.values())
+    wanted = {k: weights[k] * scale for k in keys}
+    counts = {k: math.floor(v) for k, v in wanted.items()}
+    for k in sorted(keys, key=lambda k: counts[k] - wanted[k])[: total - sum(counts.values())]:
+        counts[k] += 1
+    for k in keys:
+        donor = max(keys, key=lambda d: counts[d])
+        if weights[k] > 0 and counts[k] == 0 and counts[donor] > 1:
+            counts[donor] -= 1
+            counts[k] += 1
+    return counts
+
+
+def split_counts(total: int, fractions: Mapping[str, float]) -> dict[str, int]:
+    """``total`` items counted out to the splits in proportion to ``fractions``."""
+    return largest_remainder(total, {s: fractions[s] for s in SPLITS})
+
+
+def image_splits(cfg: BuildConfig) -> list[str]:
+    """Split of every image index: contiguous blocks train, val, test."""
+    counts = split_counts(cfg.num_images, cfg.splits.fractions())
+    return [s for s in SPLITS for _ in range(counts[s])]
+
+
+def _shuffled_quota(counts: Mapping[str, int], rng: np.random.Generator) -> list[str]:
+    ordered = [key for key, n in counts.items() for _ in range(n)]
+    return [ordered[i] for i in rng.permutation(len(ordered))]
+
+
+def background_plan(cfg: BuildConfig) -> list[tuple[str, str, str]]:
+    """(split, condition, track type) of every procedural background.
+
+    Each background belongs to one split, so no scene is seen in training and testing both, and
+    every split gets its own share of each condition and track type (drawn independently, a small
+    validation split could end up all clear weather, and per-condition scores would be undefined).
+
+    Args:
+        cfg: the build config (``seed``, ``splits``, ``backgrounds``).
+
+    Returns:
+        One ``(split, condition, track_type)`` per background index.
+    """
+    bgc = cfg.backgrounds
+    splits = _shuffled_quota(split_counts(bgc.count, cfg.splits.fractions()),
+                             rng_for(cfg.seed, Stream.SPLIT, SplitPlan.BACKGROUNDS))
+    plan: list[tuple[str, str, str]] = [("", "", "")] * bgc.count
+    for k, split in enumerate(SPLITS, start=1):
+        members = [i for i, s in enumerate(splits) if s == split]
+        rng = split_plan_rng(cfg.seed, k)
+        conditions = _shuffled_quota(largest_remainder(len(members), bgc.conditions), rng)
+        tracks = _shuffled_quota(largest_remainder(len(members), {t: 1.0 for t in bgc.track_types}), rng)
+        for i, condition, track in zip(members, conditions, tracks, strict=True):
+            plan[i] = (split, condition, track)
+    return plan
+
+
+def video_split_plan(cfg: BuildConfig, videos: Sequence[VideoRef]) -> dict[str, str | None]:
+    """Video name -> its split, so no video feeds two splits. With fewer videos than splits in use,
+    every video is cut into time blocks instead (None), at the price of neighbouring frames.
+
+    Args:
+        cfg: the build config (``seed``, ``splits``).
+        videos: the source videos.
+
+    Returns:
+        A split name, or None (time blocks), per video name.
+    """
+    video_names = [v.name for v in videos]
+    fractions = cfg.splits.fractions()
+    if len(video_names) < sum(1 for f in fractions.values() if f > 0):
+        return {name: None for name in video_names}
+    counts = split_counts(len(video_names), fractions)
+    splits = [s for s in SPLITS for _ in range(counts[s])]
+    order = rng_for(cfg.seed, Stream.SPLIT, SplitPlan.VIDEOS).permutation(len(video_names))
+    return {video_names[i]: splits[k] for k, i in enumerate(order)}
+
+
+def time_block_split(position: float, cfg: BuildConfig) -> str:
+    """The split of a frame at ``position`` (0..1) through a video that is cut into time blocks."""
+    edge = 0.0
+    for split, share in cfg.splits.fractions().items():
+        edge += share
+        if position < edge:
+            return split
+    return "test" if cfg.splits.test > 0 else "train"

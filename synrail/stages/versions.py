@@ -1,0 +1,235 @@
+"""Versioned datasets: every build publishes a complete dataset beside the older ones, then switches
+a small pointer to it, so a reader never sees a half-written dataset.
+
+Layout of a dataset root (a folder or an s3:// prefix)::
+
+    latest.json            {"version": "v0003", "path": "versions/v0003", ...}: written in one PUT/rename
+    latest -> versions/v0003   (local disks only: a symlink, swapped atomically, for tools that want a path)
+    versions/v0001/ ...    each one a complete export (data.yaml, images/, labels/, annotations/, ...)
+    .synrail/cache/        the caches every version shares (frames, masks, cutouts, task results)
+    .synrail/lock          held while a version is being made
+
+A full version composes every image; an incremental one copies its parent's images (hard links on a
+local disk, server-side copies on an object store), composes only the new videos' images, and
+exports the union. ``flows/versions.py`` runs these steps as Prefect flows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import shutil
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from synrail.config import BuildConfig
+from synrail.records import SPLITS, BackgroundRecord, ChunkRecord, InputReport, Record
+from synrail.sources.video import VideoRef
+from synrail.stages.export import BuildRecords, read_build_records
+from synrail.storage.code_version import code_version
+from synrail.storage.output import OutputConflict, claim_output
+from synrail.storage.store import Store
+from synrail.storage.tables import read_table
+
+LATEST = "latest.json"
+VERSION_INFO = ".synrail/version.json"
+CARRIED_FOLDERS = ("images", "labels", ".synrail/chunks")  # what an incremental version takes from its parent
+
+
+class VersionInfo(Record):
+    version: str
+    parent: str | None
+    kind: str  # "full" or "incremental"
+    created: str
+    build_hash: str
+    code_version: str
+    num_images: int
+    videos: list[str]  # every video this version has looked at (used, unused or quarantined)
+
+
+class VersionSummary(Record):
+    dataset_url: str
+    version: str | None  # the latest version after this run
+    published: bool  # False when nothing had changed
+    new_videos: list[str]
+    num_images: int
+    reason: str
+
+
+def shared_cache_url(root: Store) -> str:
+    return root.url(".synrail/cache")
+
+
+def version_store(root: Store, version: str) -> Store:
+    return root.child(f"versions/{version}")
+
+
+def latest_version(root: Store) -> str | None:
+    if not root.exists(LATEST):
+        return None
+    return str(json.loads(root.read_text(LATEST))["version"])
+
+
+def next_version(root: Store) -> str:
+    """The id after the published one. An unpublished folder left by a crash gets the same id, and is reused."""
+    latest = latest_version(root)
+    return f"v{(int(latest[1:]) if latest else 0) + 1:04d}"
+
+
+def read_info(root: Store, version: str) -> VersionInfo:
+    return VersionInfo.model_validate_json(version_store(root, version).read_text(VERSION_INFO))
+
+
+def resolve_dataset(url: str) -> str:
+    """The URL of the dataset a reader should use: the latest version of a versioned root, else ``url``."""
+    root = Store(url)
+    version = latest_version(root)
+    return version_store(root, version).root_url if version else root.root_url
+
+
+def publish(root: Store, info: VersionInfo) -> None:
+    """Write the version's info, then switch ``latest`` to it: the one step readers see."""
+    out = version_store(root, info.version)
+    out.write_text(VERSION_INFO, info.model_dump_json())
+    root.write_text(LATEST, json.dumps({"version": info.version, "path": f"versions/{info.version}",
+                                        "published": info.created, "num_images": info.num_images}))
+    if root.is_local:
+        link = root.local_path("latest")
+        tmp = root.local_path(f".latest.{os.getpid()}.tmp")
+        if tmp.is_symlink():
+            tmp.unlink()
+        os.symlink(f"versions/{info.version}", tmp)
+        os.replace(tmp, link)  # rename over the old link: atomic on POSIX
+
+
+def claim_version_folder(out: Store, cfg: BuildConfig) -> None:
+    """Make ``out`` ready for a new version. It was never published (ids come from the pointer), so
+    what a crashed run left there is reused when it is this build, and replaced when it is another."""
+    try:
+        claim_output(out, cfg, overwrite=False)
+    except OutputConflict:
+        claim_output(out, cfg, overwrite=True)
+
+
+def unchanged_reason(cfg: BuildConfig, root: Store, listed: Sequence[VideoRef]) -> str | None:
+    """Why a full rebuild would reproduce the latest version (same config, code and videos), or None."""
+    latest = latest_version(root)
+    if latest is None:
+        return None
+    info = read_info(root, latest)
+    if (info.build_hash, info.code_version) != (cfg.build_hash(), code_version()):
+        return None
+    if sorted(info.videos) != sorted(v.name for v in listed):
+        return None
+    return f"{latest} already holds this config, code version and video set"
+
+
+def video_split(cfg: BuildConfig, name: str) -> str:
+    """A new video's split, stable by name: where it falls in [0, 1) against the split fractions."""
+    digest = hashlib.sha256(f"{cfg.seed}:{name}".encode()).digest()
+    position = int.from_bytes(digest[:8], "big") / 2**64
+    edge = 0.0
+    for split, share in cfg.splits.fractions().items():
+        edge += share
+        if share > 0 and position < edge:
+            return split
+    return next(s for s in reversed(SPLITS) if cfg.splits.fractions()[s] > 0)
+
+
+def incremental_plan(cfg: BuildConfig, first_index: int, backgrounds: Sequence[BackgroundRecord]
+                     ) -> list[tuple[int, int, list[str]]]:
+    """Chunks (first, stop, splits) of the new images: ``ingest.images_per_video`` for each new video
+    with usable frames, each image in its video's split, numbered on from the parent's images."""
+    video_splits = {b.source: b.split for b in backgrounds}
+    splits = [video_splits[v] for v in sorted(video_splits) for _ in range(cfg.ingest.images_per_video)]
+    size = cfg.execution.chunk_size
+    return [(first_index + k, first_index + min(k + size, len(splits)), splits[k:k + size])
+            for k in range(0, len(splits), size)]
+
+
+def merged_records(parent: BuildRecords, backgrounds: Sequence[BackgroundRecord], report: InputReport
+                   ) -> tuple[list[BackgroundRecord], InputReport]:
+    """The parent's backgrounds and report with the new videos' added."""
+    merged = InputReport(
+        videos=parent.report.videos + report.videos,
+        quarantine=parent.report.quarantine + report.quarantine,
+        unused_frames=parent.report.unused_frames + report.unused_frames,
+        skipped_obstacles=report.skipped_obstacles,
+        notes=sorted(set(parent.report.notes) | set(report.notes)))
+    return parent.backgrounds + list(backgrounds), merged
+
+
+def copy_tree(source: Store, target: Store, rel: str) -> int:
+    """Copy the files under ``rel`` from one store to another; return how many.
+
+    On one local disk files are hard-linked (free, and safe: SynRail replaces files by rename and
+    never writes into one). On one object store, the store copies them itself.
+    """
+    files = [f for f in source.find(rel) if not posixpath.basename(f).startswith(".")]
+    for relative in files:
+        path = source.path(relative)
+        if source.is_local and target.is_local:
+            destination = target.local_path(relative)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            if destination.exists():
+                destination.unlink()
+            try:
+                os.link(path, destination)
+            except OSError:  # another device, or no hard links here
+                target.write_bytes(relative, source.read_bytes(relative))
+        elif type(source.fs) is type(target.fs) and source.storage_options == target.storage_options:
+            source.with_retries(source.fs.copy, path, target.path(relative))
+        else:
+            target.write_bytes(relative, source.read_bytes(relative))
+    return len(files)
+
+
+def carry_over(parent: Store, out: Store) -> BuildRecords:
+    """Bring the parent version's images, labels and chunk tables into ``out``; return its records."""
+    for folder in CARRIED_FOLDERS:
+        copy_tree(parent, out, folder)
+    return read_build_records(parent)
+
+
+def prune_unreferenced(out: Store, chunks: Sequence[ChunkRecord]) -> list[str]:
+    """Delete image and label files no chunk lists (left by a crashed attempt with other inputs)."""
+    keep = set()
+    for chunk in chunks:
+        for row in read_table(out, chunk.images_path):
+            keep.add(row["file_name"])
+            keep.add(row["file_name"].replace("images/", "labels/", 1).rsplit(".", 1)[0] + ".txt")
+    removed = []
+    for folder in ("images", "labels"):
+        for relative in out.find(folder):
+            if relative not in keep:
+                out.remove(relative)
+                removed.append(relative)
+    return removed
+
+
+def version_info(cfg: BuildConfig, root: Store, version: str, kind: str, records: BuildRecords) -> VersionInfo:
+    return VersionInfo(version=version, parent=latest_version(root), kind=kind,
+                       created=datetime.now(UTC).isoformat(timespec="seconds"),
+                       build_hash=cfg.build_hash(), code_version=code_version(),
+                       num_images=sum(c.num_images for c in records.chunks), videos=sorted(records.report.videos))
+
+
+def local_copy(dataset_url: str, folder: str | Path) -> Path:
+    """A local folder holding the latest version of ``dataset_url`` (for trainers that read only local
+    files); returns its data.yaml. A local dataset is used where it is; a remote one is downloaded
+    once per version, into a temporary folder renamed into place, so a half download is never used."""
+    url = resolve_dataset(dataset_url)
+    source = Store(url)
+    if source.is_local:
+        return source.local_path("data.yaml")
+    target = Path(folder) / posixpath.basename(url)
+    if not (target / "data.yaml").exists():
+        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        source.with_retries(source.fs.get, source.path("") + "/", str(partial), recursive=True)
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+    return target / "data.yaml"

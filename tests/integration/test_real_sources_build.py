@@ -1,0 +1,141 @@
+"""Whole builds from real-source layouts: cab videos, PennFudan, RGBA folders, diffusion; reruns
+make no model calls."""
+
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from media import H, W, write_video_folder
+
+from synrail import gallery as gallery_stage
+from synrail.config import load_config
+from synrail.export.validate import validate_dataset
+from synrail.segment.grabcut import GrabCutSegmenter
+from synrail.stages.local import build_in_process
+from synrail.storage.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def video_folder(tmp_path_factory) -> Path:
+    return write_video_folder(tmp_path_factory.mktemp("videos"))
+
+
+def person_fixture(root: Path) -> Path:
+    """A PennFudanPed folder: two pedestrians (instance ids 1, 2) in one image."""
+    (root / "PNGImages").mkdir(parents=True)
+    (root / "PedMasks").mkdir()
+    image = np.random.default_rng(0).integers(60, 120, (240, 320, 3), dtype=np.uint8)
+    mask = np.zeros((240, 320), np.uint8)
+    for value, x in [(1, 60), (2, 200)]:
+        cv2.ellipse(mask, (x, 120), (22, 70), 0, 0, 360, value, -1)
+        image[mask == value] = (40 * value, 90, 200)
+    cv2.imwrite(str(root / "PNGImages" / "FudanPed00001.png"), image)
+    cv2.imwrite(str(root / "PedMasks" / "FudanPed00001_mask.png"), mask)
+    return root
+
+
+def rgba_fixture(root: Path) -> Path:
+    root.mkdir(parents=True)
+    for k in range(2):
+        rgba = np.zeros((80, 120, 4), np.uint8)
+        cv2.rectangle(rgba, (10, 20), (110, 70), (30 + 60 * k, 60, 160, 255), -1)
+        cv2.imwrite(str(root / f"cart{k}.png"), rgba)
+    return root
+
+
+def test_video_backgrounds_build_a_valid_dataset_and_quarantine_the_bad_video(video_folder, tmp_path):
+    cfg = load_config(ROOT / "configs/tiny.yaml", {
+        "num_images": 12, "image.width": W, "image.height": H, "backgrounds.source": "video",
+        "backgrounds.video": {"url": str(video_folder), "hfov_deg": 60,
+                              "sampling": {"fps": 2.0, "sidecar": str(video_folder / "meta.csv")}}})
+    summary = build_in_process(cfg, str(tmp_path / "out"))
+    out = tmp_path / "out"
+    assert validate_dataset(out) == []
+    assert sum(summary.images_per_split.values()) == 12
+    backgrounds = pq.read_table(out / "manifest/backgrounds.parquet").to_pylist()
+    assert backgrounds and all(b["source"].startswith("video:line") for b in backgrounds)
+    assert {b["split"] for b in backgrounds} == {"train", "val", "test"}  # one video per split
+    assert len({(b["source"], b["split"]) for b in backgrounds}) == 3
+    rainy = [b for b in backgrounds if b["source"] == "video:line0.avi"]
+    assert rainy and all(b["condition"] == "rain" and b["track_type"] == "ballasted" for b in rainy)
+    quarantine = pq.read_table(out / "manifest/quarantine.parquet").to_pylist()
+    assert [Path(q["url"]).name for q in quarantine] == ["broken.mp4"] and quarantine[0]["reason"]
+    card = (out / "dataset_card.md").read_text()
+    assert "videos quarantined: 1" in card and "broken.mp4" in card and "frames of cab videos" in card
+
+
+def test_dataset_galleries_build_and_rerun_without_segmenter_calls(tmp_path, monkeypatch):
+    calls = []
+
+    class CountingGrabCut(GrabCutSegmenter):
+        def segment(self, image_bgr, prompts):
+            calls.append(len(prompts))
+            return super().segment(image_bgr, prompts)
+
+    monkeypatch.setattr(gallery_stage, "load_segmenter", lambda *a, **k: CountingGrabCut())
+    people = person_fixture(tmp_path / "PennFudanPed")
+    carts = rgba_fixture(tmp_path / "carts")
+    rocks = tmp_path / "rocks" / "granite"
+    rocks.mkdir(parents=True)
+    photo = np.full((200, 200, 3), (200, 210, 215), np.uint8)
+    cv2.circle(photo, (100, 110), 60, (70, 80, 90), -1)
+    cv2.imwrite(str(rocks / "r1.jpg"), photo)
+    cfg = load_config(ROOT / "configs/tiny.yaml", {"num_images": 8, "segment.min_score": 0.2, "gallery.sources": [
+        {"type": "pennfudan", "root": str(people)},
+        {"type": "rgba", "root": str(carts), "class_name": "vehicle", "height_m": [1.2, 1.5]},
+        {"type": "rocks", "root": str(tmp_path / "rocks")},
+        {"type": "procedural", "classes": ["animal", "unseen_obstacle"]}]})
+    build_in_process(cfg, str(tmp_path / "out"))
+    out = tmp_path / "out"
+    assert validate_dataset(out) == []
+    gallery = pq.read_table(out / "manifest/gallery.parquet").to_pylist()
+    by_class = {c: {g["source"].split(":")[0].split("/")[0] for g in gallery if g["class_name"] == c}
+                for c in cfg.classes}
+    assert by_class == {"person": {"pennfudan"}, "vehicle": {"rgba"}, "rock": {"rocks"},
+                        "animal": {"procedural"}, "unseen_obstacle": {"procedural"}}
+    assert calls == [1]  # the rock photo; shipped masks (PennFudan, RGBA) need no segmenter
+
+    build_in_process(cfg, str(tmp_path / "again"))  # same cache store? no: a new output has a new cache
+    assert calls == [1, 1]
+    calls.clear()
+    shared = cfg.model_copy(update={"execution": cfg.execution.model_copy(
+        update={"cache_url": str(tmp_path / "shared-cache")})})
+    build_in_process(shared, str(tmp_path / "shared1"))
+    build_in_process(shared, str(tmp_path / "shared2"))
+    assert calls == [1]  # the second build found every mask in the shared cache
+
+
+def test_diffusion_gallery_generates_once_and_keeps_provenance(tmp_path, monkeypatch):
+    from tiny_models import build_tiny_sd_pipeline
+
+    from synrail.sources import diffusion
+
+    model = build_tiny_sd_pipeline(tmp_path / "tiny-sd")
+    calls = []
+    real_generate = diffusion.DiffusionGenerator.generate
+
+    def counting(self, specs):
+        calls.append(len(specs))
+        return real_generate(self, specs)
+
+    monkeypatch.setattr(diffusion.DiffusionGenerator, "generate", counting)
+    cfg = load_config(ROOT / "configs/tiny.yaml", {
+        "num_images": 6, "classes": ["person", "rock"],
+        "segment": {"backend": "grabcut", "min_score": 0.0, "min_area_px": 16},
+        "execution.cache_url": str(tmp_path / "cache"),
+        "gallery.sources": [
+            {"type": "diffusion", "model": {"model_dir": str(model), "steps": 2, "width": 64, "height": 64,
+                                           "batch_size": 2}, "prompts": {"per_class": 2}},
+            {"type": "procedural"}]})
+    result = gallery_stage.prepare_gallery_source(cfg, 0, Store(str(tmp_path / "cache")))
+    assert sum(calls) == 4  # 2 prompts x 2 classes
+    provenance = [json.loads(r.source.split(":", 1)[1]) for r in result.records]
+    assert all({"model", "prompt", "seed"} <= p.keys() for p in provenance)
+    assert len(result.records) + len(result.skipped) == 4
+    gallery_stage.prepare_gallery_source(cfg, 0, Store(str(tmp_path / "cache")))
+    assert sum(calls) == 4  # the rerun found every image in the diffusion cache

@@ -1,0 +1,275 @@
+"""Shadows, blur/noise/JPEG matching, weather and the composite quality score: each test fails
+when its effect is switched off or goes the wrong way."""
+
+import cv2
+import numpy as np
+import pytest
+
+from synrail.compose.composite import WindowMask
+from synrail.compose.quality import QualityConfig, composite_quality
+from synrail.compose.shadows import (
+    contact_shadow,
+    estimate_jpeg_quality,
+    laplacian_variance,
+    light_from_image,
+    match_blur,
+    match_jpeg,
+    match_noise,
+    noise_sigma,
+)
+from synrail.compose.weather import (
+    WEATHER_CONDITIONS,
+    A,  # albumentations, imported without its online version check
+    WeatherConfig,
+    apply_weather,
+    choose_condition,
+    pixel_pipeline,
+    scene_depth,
+    weather_effect,
+    weather_transforms,
+)
+from synrail.rail.geometry import CameraGeometry
+
+H, W = 180, 320
+
+
+def texture(shape: tuple[int, int], seed: int, sigma: float = 1.0, mean: float = 120.0,
+            spread: float = 40.0) -> np.ndarray:
+    """A sharp random texture (BGR uint8), blurred by ``sigma``."""
+    rng = np.random.default_rng(seed)
+    base = cv2.GaussianBlur(rng.standard_normal((*shape, 3)).astype(np.float32), (0, 0), 1.0)
+    base = base / base.std() * spread + mean
+    if sigma > 0:
+        base = cv2.GaussianBlur(base, (0, 0), sigma)
+    return np.clip(base, 0, 255).astype(np.uint8)
+
+
+def scene() -> np.ndarray:
+    """Sky above, a textured ground with stripes below: contrast at every scale."""
+    image = texture((H, W), 0, sigma=0.0, mean=110)
+    image[: H // 3] = (200, 170, 140)
+    image[H // 2::12] = (40, 40, 40)
+    return image
+
+
+def luminance(image: np.ndarray) -> np.ndarray:
+    return cv2.cvtColor(image, cv2.COLOR_BGR2GRAY).astype(np.float32)
+
+
+def high_pass_energy(image: np.ndarray) -> float:
+    gray = luminance(image)
+    return float(np.mean((gray - cv2.GaussianBlur(gray, (0, 0), 2.0)) ** 2))
+
+
+def smooth() -> np.ndarray:
+    ramp = np.linspace(60, 180, W, dtype=np.float32)[None, :].repeat(H, 0)
+    return np.clip(np.dstack([ramp, ramp * 0.9, ramp * 0.8]), 0, 255).astype(np.uint8)
+
+
+# -- weather --------------------------------------------------------------------------------------
+def test_fog_lowers_contrast():
+    image = scene()
+    fogged = apply_weather(image, "fog", WeatherConfig(fog_transmission=(0.5, 0.5)), np.random.default_rng(0))
+    assert luminance(fogged).std() <= 0.65 * luminance(image).std()  # RMS contrast at least 35 % down
+
+
+def test_fog_with_depth_thickens_with_distance():
+    geometry = CameraGeometry.from_fov(W, H, 60, 2.5, 4.0)
+    image = scene()
+    image[:] = texture((H, W), 3, sigma=0.0)  # texture everywhere, so every row has contrast to lose
+    fogged = apply_weather(image, "fog", WeatherConfig(fog_patchiness=0.0, fog_visibility_m=(100, 100)),
+                           np.random.default_rng(0), depth_m=scene_depth(geometry))
+    near, far = slice(H - 20, H), slice(int(geometry.horizon_v()) + 2, int(geometry.horizon_v()) + 12)
+    kept = luminance(fogged).std(axis=1) / luminance(image).std(axis=1)
+    assert kept[near].mean() > 0.7 > 0.3 > kept[far].mean()
+
+
+@pytest.mark.parametrize("condition", ["rain", "snow"])
+def test_rain_and_snow_add_streaks_and_flakes(condition):
+    image = smooth()
+    out = apply_weather(image, condition, WeatherConfig(), np.random.default_rng(1))
+    assert high_pass_energy(out) > 5 * high_pass_energy(image) + 1.0
+
+
+def test_dark_lowers_luminance_and_adds_noise():
+    image = smooth()
+    out = apply_weather(image, "dark", WeatherConfig(headlight_probability=0.0), np.random.default_rng(2))
+    assert luminance(out).mean() < 0.6 * luminance(image).mean()
+    assert noise_sigma(out).mean() > noise_sigma(image).mean() + 1.5
+
+
+def test_headlight_cone_brightens_the_lower_centre():
+    image = np.full((H, W, 3), 150, np.uint8)
+
+    def centre_over_corners(probability: float) -> float:
+        out = luminance(apply_weather(image, "dark", WeatherConfig(headlight_probability=probability),
+                                      np.random.default_rng(3)))
+        corners = np.concatenate([out[:30, :40].ravel(), out[:30, -40:].ravel()])
+        return float(out[-40:, W // 2 - 30:W // 2 + 30].mean() / corners.mean())
+
+    assert centre_over_corners(0.0) == pytest.approx(1.0, abs=0.1)
+    assert centre_over_corners(1.0) > 1.8
+
+
+def test_glare_brightens_near_its_source():
+    image = np.full((H, W, 3), 90, np.uint8)
+    cfg = WeatherConfig(glare_roi=(0.69, 0.19, 0.71, 0.21))
+    out = luminance(apply_weather(image, "glare", cfg, np.random.default_rng(4)))
+    x, y = int(0.7 * W), int(0.2 * H)
+    assert out[y - 3:y + 4, x - 3:x + 4].mean() > luminance(image).mean() + 60
+    assert out[y - 3:y + 4, x - 3:x + 4].mean() > out[-20:, :20].mean() + 60
+
+
+@pytest.mark.parametrize("condition", WEATHER_CONDITIONS)
+def test_weather_is_deterministic_per_generator(condition):
+    image, cfg = scene(), WeatherConfig()
+    first = apply_weather(image, condition, cfg, np.random.default_rng(7))
+    again = apply_weather(image, condition, cfg, np.random.default_rng(7))
+    other = apply_weather(image, condition, cfg, np.random.default_rng(8))
+    assert first.tobytes() == again.tobytes()
+    assert first.tobytes() != other.tobytes()
+    assert first.shape == image.shape and first.dtype == np.uint8
+
+
+@pytest.mark.parametrize("condition", WEATHER_CONDITIONS)
+def test_weather_transforms_are_pixel_only(condition):
+    for seed in range(5):  # optional parts (the headlight) included
+        transforms = weather_transforms(condition, WeatherConfig(headlight_probability=0.5),
+                                        np.random.default_rng(seed), (H, W))
+        assert transforms and all(isinstance(t, A.ImageOnlyTransform) for t in transforms)
+    with pytest.raises(TypeError, match="pixel-only"):
+        pixel_pipeline([A.HorizontalFlip(p=1)], seed=0)
+
+
+def test_condition_choice_and_effect():
+    rng = np.random.default_rng(0)
+    only_dark = WeatherConfig(mix={"none": 0.0, "dark": 1.0})
+    assert choose_condition(only_dark, rng, "normal") == "dark"
+    assert choose_condition(only_dark, rng, "fog") == "fog"  # an adverse scene keeps its own weather
+    assert choose_condition(WeatherConfig(mix={"none": 1.0}), rng, "dusk") == "dusk"
+    assert weather_effect("dark", "normal") == "dark"
+    assert weather_effect("fog", "fog") == "none"  # no second dose
+    assert weather_effect("dusk", "dusk") == "none"
+    balanced = WeatherConfig(mix={"none": 1.0, "fog": 1.0})
+    draws = [choose_condition(balanced, rng, "normal") for _ in range(400)]
+    assert 0.4 < draws.count("fog") / len(draws) < 0.6
+    assert np.array_equal(apply_weather(scene(), "none", WeatherConfig(), rng), scene())
+
+
+# -- shadows --------------------------------------------------------------------------------------
+def obstacle_window() -> tuple[WindowMask, int]:
+    mask = np.zeros((80, 30), bool)
+    mask[:, 8:22] = True
+    mask[:25, 2:28] = True
+    return WindowMask(top=80, left=150, mask=mask, image_shape=(H, W)), 80 + 79
+
+
+@pytest.mark.parametrize("azimuth", [0.0, 60.0, 90.0, 180.0, 270.0, 315.0])
+def test_shadow_darkens_only_ground_outside_the_object(azimuth):
+    canvas = np.full((H, W, 3), 160, np.uint8)
+    window, ground_row = obstacle_window()
+    out = contact_shadow(canvas, window, ground_row, azimuth, 35.0, 0.6, np.random.default_rng(0), flatten=0.3)
+    change = canvas.astype(int) - out.astype(int)
+    assert change.min() >= 0  # only darker
+    rise = max(1, round(0.03 * 80))
+    assert not change[:ground_row - rise].any()  # nothing above the contact row
+    assert not change[window.full()].any()  # never the object itself
+    assert (change.max(axis=2) >= 30).sum() >= 20  # and some ground really is in shadow
+
+
+@pytest.mark.parametrize("azimuth, side", [(90.0, -1), (270.0, 1), (60.0, -1), (300.0, 1)])
+def test_shadow_falls_away_from_the_light(azimuth, side):
+    canvas = np.full((H, W, 3), 160, np.uint8)
+    window, ground_row = obstacle_window()
+    out = contact_shadow(canvas, window, ground_row, azimuth, 35.0, 0.6, np.random.default_rng(0), flatten=0.3)
+    darkness = (canvas.astype(np.float32) - out).mean(axis=2)
+    cols = np.arange(W, dtype=np.float32)[None, :]
+    centroid = float((darkness * cols).sum() / darkness.sum())
+    assert side * (centroid - (window.left + 15)) > 5
+
+
+def test_shadow_from_ahead_falls_toward_the_camera():
+    canvas = np.full((H, W, 3), 160, np.uint8)
+    window, ground_row = obstacle_window()
+    out = contact_shadow(canvas, window, ground_row, 0.0, 30.0, 0.6, np.random.default_rng(0), flatten=0.3)
+    darkness = (canvas.astype(np.float32) - out).mean(axis=2)
+    rows = np.arange(H, dtype=np.float32)[:, None]
+    assert (darkness * rows).sum() / darkness.sum() > ground_row + 5
+
+
+def test_light_from_image_finds_a_visible_sun_and_falls_back_otherwise():
+    sky = np.full((360, 640, 3), 170, np.uint8)
+    cv2.circle(sky, (480, 80), 10, (255, 255, 255), -1)  # right of centre, above the horizon
+    azimuth, elevation = light_from_image(sky)
+    assert 10 < azimuth < 30 and 5 < elevation < 25
+    assert light_from_image(np.full((360, 640, 3), 170, np.uint8)) == (30.0, 50.0)
+
+
+# -- blur, noise, JPEG ----------------------------------------------------------------------------
+def test_match_blur_reaches_the_background_blur_and_never_sharpens():
+    background = texture((120, 120), 5, sigma=2.0)
+    sharp = texture((60, 40), 6, sigma=0.0)
+    matched = match_blur(sharp, background)
+    target = laplacian_variance(background)
+    assert laplacian_variance(sharp) > 3 * target
+    assert laplacian_variance(matched) == pytest.approx(target, rel=0.3)
+    soft = texture((60, 40), 6, sigma=3.0)
+    assert np.array_equal(match_blur(soft, texture((120, 120), 5, sigma=0.0)), soft)
+
+
+def test_match_blur_with_a_mask_keeps_background_colour_out():
+    sharp = texture((60, 40), 6, sigma=0.0)
+    mask = np.zeros((60, 40), bool)
+    mask[10:50, 10:30] = True
+    sharp[~mask] = 0  # a black surround would bleed into the edge with a plain blur
+    matched = match_blur(sharp, texture((120, 120), 5, sigma=2.0), object_mask=mask)
+    assert matched[mask].mean() == pytest.approx(sharp[mask].mean(), abs=3)
+    assert np.array_equal(matched[~mask], sharp[~mask])
+
+
+def test_match_noise_brings_a_clean_object_to_the_background_noise():
+    rng = np.random.default_rng(9)
+    background = np.clip(smooth().astype(np.float32) + rng.normal(0, 8, (H, W, 3)), 0, 255).astype(np.uint8)
+    clean = smooth()[:80, :60]
+    assert noise_sigma(clean).max() < 1.0
+    matched = match_noise(clean, background, np.random.default_rng(10))
+    assert noise_sigma(matched) == pytest.approx(noise_sigma(background), rel=0.3)
+
+
+def test_jpeg_quality_estimate_and_round_trip():
+    image = texture((256, 256), 11, sigma=2.0, spread=30)  # photo-like: no saturated pixel noise
+    saved = cv2.imdecode(cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, 70])[1], cv2.IMREAD_COLOR)
+    assert estimate_jpeg_quality(saved) == 70
+    assert estimate_jpeg_quality(image) == 100
+    obj = image[:40, :40]
+    assert not np.array_equal(match_jpeg(obj, 60, origin=(5, 9)), obj)
+    assert match_jpeg(obj, 60, origin=(5, 9)).shape == obj.shape
+    assert np.array_equal(match_jpeg(obj, 100), obj)
+
+
+# -- quality --------------------------------------------------------------------------------------
+def test_quality_ranks_a_matched_composite_above_a_mismatched_one():
+    background = texture((H, W), 12, sigma=1.5, spread=25)
+    mask = np.zeros((60, 24), bool)
+    mask[:, 4:20] = True
+    mask[:15, :] = True
+    window = WindowMask(top=70, left=140, mask=mask, image_shape=(H, W))
+    region = (slice(70, 130), slice(140, 164))
+
+    good = background.copy()
+    matched_object = texture((60, 24), 13, sigma=1.5, mean=105, spread=25)  # like the ground, a little darker
+    alpha = cv2.GaussianBlur(mask.astype(np.float32), (0, 0), 1.0)[:, :, None] * mask[:, :, None]
+    good[region] = (alpha * matched_object + (1 - alpha) * good[region]).astype(np.uint8)
+
+    bad = background.copy()
+    bad[region][mask] = (255, 0, 255)  # wrong colour, hard seam
+
+    good_score = composite_quality(good, [window], background, [0.95], [60.0], [60.0])
+    bad_score = composite_quality(bad, [window], background, [0.35], [120.0], [60.0])  # twice too tall
+    for component in ("boundary", "colour", "visibility", "scale", "total"):
+        assert getattr(good_score, component) > getattr(bad_score, component), component
+    assert good_score.total >= QualityConfig().threshold > bad_score.total
+    empty = composite_quality(background, [], background, [], [], [])
+    assert empty.total == 1.0
+
+

@@ -1,0 +1,287 @@
+"""Harmonization backends: what each may change, the first default (lab) kept, the plug-ins, the measures."""
+
+import functools
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from synrail.compose.harmonization_benchmark import (
+    Sample,
+    evaluate_harmonizers,
+    folder_samples,
+    harmonization_scores,
+    perturb_object,
+    summarize,
+)
+from synrail.compose.harmonize import harmonize_lab, ring_pixels
+from synrail.compose.harmonizers import (
+    HARMONIZER_NAMES,
+    GlobalLabHarmonizer,
+    LocalStatsHarmonizer,
+    PoissonHarmonizer,
+    TorchScriptHarmonizer,
+    exposure_correction,
+    make_harmonizer,
+)
+
+GAIN_RGB = (1.3, 0.8, 1.1)
+
+
+def _scene(seed: int = 0, height: int = 90, width: int = 120) -> tuple[np.ndarray, np.ndarray]:
+    """A textured background, lit from the left, and an elliptical object that touches the bottom edge."""
+    rng = np.random.default_rng(seed)
+    columns = np.linspace(60, 200, width, dtype=np.float32)
+    image = np.clip(columns[None, :, None] * np.array([0.8, 1.0, 0.9]) + rng.normal(0, 12, (height, width, 3)),
+                    0, 255).astype(np.uint8)
+    mask = np.zeros((height, width), dtype=np.uint8)
+    cv2.ellipse(mask, (60, 70), (30, 25), 0, 0, 360, 1, thickness=-1)
+    return image, mask.astype(bool)
+
+
+def _pasted(image: np.ndarray, mask: np.ndarray, colour=(40, 160, 220)) -> np.ndarray:
+    composite = image.copy()
+    composite[mask] = np.clip(np.array(colour) + np.random.default_rng(1).normal(0, 10, (mask.sum(), 3)),
+                              0, 255).astype(np.uint8)
+    return composite
+
+
+class _MaskedGain(torch.nn.Module):
+    """A stand-in learned harmonizer: a per-channel gain inside the mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gain = torch.nn.Parameter(torch.tensor(GAIN_RGB).view(1, 3, 1, 1))
+
+    def forward(self, image: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return image * (1 + (self.gain - 1) * mask)
+
+
+def _expected_gain(composite: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    expected = composite.copy()
+    gained = composite[mask].astype(np.float32) * np.array(GAIN_RGB[::-1], dtype=np.float32)
+    expected[mask] = np.clip(gained + 0.5, 0, 255).astype(np.uint8)
+    return expected
+
+
+@pytest.fixture(scope="module")
+def scripted_model(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("models") / "masked_gain.pt"
+    torch.jit.script(_MaskedGain()).save(str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("harmonizer", [GlobalLabHarmonizer(), LocalStatsHarmonizer(),
+                                        LocalStatsHarmonizer(exposure_range=3.0, scene_spread=0.05, contrast_share=0)],
+                         ids=["lab", "local", "local-no-prior"])
+def test_classical_backends_change_only_the_object(harmonizer):
+    image, mask = _scene()
+    composite = _pasted(image, mask)
+    out = harmonizer.harmonize(composite, mask)
+    assert out.shape == composite.shape and out.dtype == np.uint8
+    assert (out[~mask] == composite[~mask]).all()
+    assert (out[mask] != composite[mask]).any()
+
+
+@pytest.mark.parametrize("mode", ["normal", "mixed"])
+def test_poisson_changes_only_the_object_and_its_band_even_at_the_border(mode):
+    image, mask = _scene()
+    composite = _pasted(image, mask)
+    harmonizer = PoissonHarmonizer(mode=mode, band_px=2)
+    out = harmonizer.harmonize(composite, mask)
+    band = cv2.dilate(mask.astype(np.uint8), np.ones((5, 5), np.uint8)).astype(bool)
+    assert (out[~band] == composite[~band]).all()
+    assert np.abs(out[mask].astype(int) - composite[mask]).mean() > 5  # moved toward the background
+    with pytest.raises(ValueError, match="mixed"):
+        PoissonHarmonizer(mode="nonsense")
+
+
+def test_global_lab_reproduces_the_lab_paste():
+    """The computation ``composite._paste`` does: harmonize_lab on the cutout's window with the ring
+    taken from the canvas around it (the cutout's box is larger than its mask)."""
+    canvas, mask = _scene()
+    composite = _pasted(canvas, mask)
+    y0, y1, x0, x1, ring = 40, 90, 25, 95, 7  # the cutout's box, cut by the bottom edge
+    obj, obj_mask = composite[y0:y1, x0:x1], mask[y0:y1, x0:x1]
+    ring_window = (slice(y0 - ring, y1), slice(x0 - ring, x1 + ring))
+    ring_mask = mask[ring_window]
+    expected = composite.copy()
+    expected[y0:y1, x0:x1] = harmonize_lab(obj, obj_mask, ring_pixels(canvas[ring_window], ring_mask, ring), 0.6)
+    assert np.array_equal(GlobalLabHarmonizer(strength=0.6, ring_px=ring).harmonize(composite, mask), expected)
+    assert make_harmonizer("none") is None  # "none": the cutout is pasted as it is
+
+
+def test_local_undoes_most_of_a_known_exposure_and_cast_mismatch():
+    """An object lit like its surroundings (same texture statistics, same white point), then
+    darkened by 0.3 in log and given a cast: ``local`` must cut its fMSE by a clear margin."""
+    rng = np.random.default_rng(3)
+    height, width = 80, 100
+    smooth = cv2.GaussianBlur(rng.uniform(60, 200, (height, width, 3)).astype(np.float32), (0, 0), 3)
+    image = np.clip((smooth - smooth.mean()) * 3 + 120, 0, 255).astype(np.uint8)  # object continues its scene
+    mask = np.zeros((height, width), dtype=bool)
+    mask[25:60, 30:70] = True
+    perturbed = image.copy()
+    cast = np.exp(-0.3 + np.array([0.1, 0.0, -0.1]))  # BGR: darker, bluer
+    perturbed[mask] = np.clip(image[mask] * cast + 0.5, 0, 255).astype(np.uint8)
+    before = harmonization_scores(image, perturbed, mask)["fmse"]
+    local = harmonization_scores(image, LocalStatsHarmonizer().harmonize(perturbed, mask), mask)["fmse"]
+    assert local < 0.3 * before
+
+
+def test_exposure_correction_trusts_a_plausible_mismatch_and_discounts_an_implausible_one():
+    correct = functools.partial(exposure_correction, exposure_range=0.6, scene_spread=0.3)
+    assert abs(correct(0.0, clipped=False)) < 0.05  # matching white points: (almost) nothing to undo
+    brighter, darker = correct(0.3, clipped=False), correct(-0.3, clipped=False)
+    assert -0.3 < brighter < -0.1 and 0.1 < darker < 0.3  # most of a plausible mismatch undone
+    assert darker > -brighter  # the least-squares gain is E[exp(-x)]: brightening weighs more
+    far, edge = correct(3.0, clipped=False), correct(0.6, clipped=False)
+    assert edge < far < 0  # a ratio far beyond the prior is mostly the scene's: the correction falls back
+    assert all(-0.6 - 1e-9 <= correct(r, clipped=False) <= 0.6 + 1e-9 for r in np.linspace(-5, 5, 21))
+    # Clipped highlights only bound the ratio from below: the object may be brighter still.
+    assert correct(0.0, clipped=True) < correct(0.0, clipped=False) - 0.1
+
+
+def test_local_does_not_drag_an_object_unlike_its_surroundings_down_to_them():
+    """A bright object on a dark table (white points 190 against 50, a log ratio of 1.3, far beyond
+    the exposure prior): darkened far less than the ring's white point would say."""
+    rng = np.random.default_rng(4)
+    image = np.clip(rng.normal(50, 10, (80, 100, 3)), 0, 255).astype(np.uint8)
+    mask = np.zeros((80, 100), dtype=bool)
+    mask[25:60, 30:70] = True
+    image[mask] = np.clip(rng.normal(190, 10, (mask.sum(), 3)), 0, 255).astype(np.uint8)
+    out = LocalStatsHarmonizer(contrast_share=0).harmonize(image, mask)
+    ratio = out[mask].astype(float).mean() / image[mask].astype(float).mean()
+    no_prior = LocalStatsHarmonizer(exposure_range=3.0, scene_spread=0.05, contrast_share=0).harmonize(image, mask)
+    assert no_prior[mask].astype(float).mean() / image[mask].astype(float).mean() < 0.45  # the full white patch
+    assert math.exp(-0.6) < ratio < 1.0
+
+
+def test_perturbation_touches_only_the_object_and_is_seeded():
+    image, mask = _scene()
+    out = perturb_object(image, mask, np.random.default_rng(7))
+    assert (out[~mask] == image[~mask]).all()
+    assert (out[mask] != image[mask]).any()
+    assert np.array_equal(out, perturb_object(image, mask, np.random.default_rng(7)))
+
+
+def test_scores_on_hand_made_inputs():
+    image = np.full((10, 10, 3), 100, dtype=np.uint8)
+    mask = np.zeros((10, 10), dtype=bool)
+    mask[:5] = True
+    assert harmonization_scores(image, image, mask) == {"mse": 0.0, "fmse": 0.0, "psnr": math.inf}
+    shifted = image.copy()
+    shifted[mask] += 10  # half the image off by 10 in every channel
+    scores = harmonization_scores(image, shifted, mask)
+    assert scores["fmse"] == pytest.approx(100.0) and scores["mse"] == pytest.approx(50.0)
+    assert scores["psnr"] == pytest.approx(10 * math.log10(255 ** 2 / 50.0))
+
+
+def test_evaluation_rows_and_summary():
+    image, mask = _scene()
+    rows = evaluate_harmonizers([Sample("scene", image, mask)], {"none": None, "lab": GlobalLabHarmonizer()},
+                                n_perturbations=3, seed=0)
+    assert len(rows) == 6 and {r["harmonizer"] for r in rows} == {"none", "lab"}
+    table = {(r["harmonizer"], r["sample"]): r for r in summarize(rows)}
+    assert table[("none", "all")]["fmse_reduction"] == 0.0
+    lab_fmse = [r["fmse"] for r in rows if r["harmonizer"] == "lab"]
+    assert table[("lab", "scene")]["fmse"] == pytest.approx(np.mean(lab_fmse))
+
+
+def test_folder_samples_pair_images_with_masks(tmp_path):
+    image, mask = _scene()
+    (tmp_path / "images").mkdir()
+    (tmp_path / "masks").mkdir()
+    cv2.imwrite(str(tmp_path / "images" / "a.png"), image)
+    cv2.imwrite(str(tmp_path / "masks" / "a.png"), mask.astype(np.uint8) * 255)
+    [sample] = folder_samples(tmp_path)
+    assert sample.name == "a" and np.array_equal(sample.mask, mask) and np.array_equal(sample.image_bgr, image)
+    cv2.imwrite(str(tmp_path / "images" / "b.jpg"), image)
+    with pytest.raises(FileNotFoundError, match="b.jpg"):
+        folder_samples(tmp_path)
+
+
+def test_skimage_samples_hold_real_objects():
+    pytest.importorskip("skimage")
+    from synrail.compose.harmonization_benchmark import skimage_samples
+
+    samples = skimage_samples()
+    assert len({s.name for s in samples}) == len(samples) == 7
+    for sample in samples:
+        assert sample.image_bgr.dtype == np.uint8 and sample.mask.shape == sample.image_bgr.shape[:2]
+        assert 0.01 < sample.mask.mean() < 0.5, sample.name
+
+
+def test_torchscript_plugin_runs_batched_on_cpu(scripted_model):
+    harmonizer = TorchScriptHarmonizer(scripted_model, device="cpu", batch_size=2)
+    batches = []
+    run = harmonizer._run
+    harmonizer._run = lambda images, masks: batches.append(images.shape) or run(images, masks)
+    scenes = [_scene(seed) for seed in range(3)] + [(_scene(3)[0][:60, :80], _scene(3)[1][:60, :80])]
+    composites, masks = [_pasted(image, mask) for image, mask in scenes], [mask for _, mask in scenes]
+    outputs = harmonizer.harmonize_batch(composites, masks)
+    assert sorted(batches) == [(1, 3, 60, 80), (1, 3, 90, 120), (2, 3, 90, 120)]  # same sizes batched
+    for composite, mask, out in zip(composites, masks, outputs, strict=True):
+        assert (out[~mask] == composite[~mask]).all()
+        assert np.abs(out.astype(int) - _expected_gain(composite, mask)).max() <= 1
+
+
+def test_torchscript_plugin_resizes_to_the_models_input(scripted_model):
+    image, mask = _scene()
+    composite = _pasted(image, mask)
+    out = TorchScriptHarmonizer(scripted_model, device="cpu", input_size=(64, 64)).harmonize(composite, mask)
+    assert (out[~mask] == composite[~mask]).all()
+    inner = cv2.erode(mask.astype(np.uint8), np.ones((9, 9), np.uint8)).astype(bool)  # away from resampled edges
+    assert np.abs(out[inner].astype(int) - _expected_gain(composite, mask)[inner]).mean() < 12
+
+
+def test_onnx_plugin_matches_the_model(tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")  # torch.onnx.export needs it
+    from synrail.compose.harmonizers import OnnxHarmonizer
+
+    image, mask = _scene()
+    composite = _pasted(image, mask)
+    dynamic, static = tmp_path / "dynamic.onnx", tmp_path / "static.onnx"
+    names = {"input_names": ["composite", "mask"], "output_names": ["harmonized"], "dynamo": False}
+    torch.onnx.export(_MaskedGain(), (torch.rand(1, 3, 90, 120), torch.ones(1, 1, 90, 120)), str(dynamic),
+                      dynamic_axes={name: {0: "batch"} for name in names["input_names"] + names["output_names"]},
+                      **names)
+    [out, _] = OnnxHarmonizer(dynamic, providers=["CPUExecutionProvider"]).harmonize_batch([composite] * 2, [mask] * 2)
+    assert np.abs(out.astype(int) - _expected_gain(composite, mask)).max() <= 1
+
+    # A model fixed to batches of 2 at 64 x 64: resized in, padded up to the batch, resized out.
+    torch.onnx.export(_MaskedGain(), (torch.rand(2, 3, 64, 64), torch.ones(2, 1, 64, 64)), str(static), **names)
+    outputs = OnnxHarmonizer(static, providers=["CPUExecutionProvider"]).harmonize_batch([composite] * 3, [mask] * 3)
+    inner = cv2.erode(mask.astype(np.uint8), np.ones((9, 9), np.uint8)).astype(bool)
+    for out in outputs:
+        assert (out[~mask] == composite[~mask]).all()
+        assert np.abs(out[inner].astype(int) - _expected_gain(composite, mask)[inner]).mean() < 12
+
+
+def test_make_harmonizer_builds_by_name_and_names_the_choices():
+    assert isinstance(make_harmonizer("local", exposure_range=0.3), LocalStatsHarmonizer)
+    assert isinstance(make_harmonizer("poisson", mode="normal"), PoissonHarmonizer)
+    with pytest.raises(ValueError) as error:
+        make_harmonizer("reinhard")
+    assert all(name in str(error.value) for name in HARMONIZER_NAMES)
+
+
+def test_the_benchmark_script_pools_seeds_into_one_table(tmp_path):
+    image, mask = _scene()
+    for folder in ("images", "masks"):
+        (tmp_path / folder).mkdir()
+    cv2.imwrite(str(tmp_path / "images" / "scene.png"), image)
+    cv2.imwrite(str(tmp_path / "masks" / "scene.png"), mask.astype(np.uint8) * 255)
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "harmonize.py"
+    result = subprocess.run([sys.executable, str(script), "--samples", str(tmp_path), "--perturbations", "2",
+                             "--seeds", "0,2-3"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "1 samples x 2 perturbations x seeds [0, 2, 3] (includes tuning seeds [3])" in result.stdout
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith(("scene ", "all "))]
+    assert [row[1] for row in rows if row[0] == "all"] == ["none", "lab", "local", "local,", "poisson", "poisson"]
+    assert all(row[-1].endswith("%") for row in rows)

@@ -1,0 +1,219 @@
+"""Classical track finding, camera estimation and mask refinement, against procedural scenes."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from functools import cache
+
+import cv2
+import numpy as np
+import pytest
+
+from synrail.rail import detect
+from synrail.rail.detect import TrackDetection, detect_track
+from synrail.rail.estimate import SegmentationModelTrack, estimate_geometry, refine_with_segmenter, track_prompt
+from synrail.segment.base import MaskResult, Prompt
+from synrail.sources.procedural_backgrounds import BackgroundSpec, render_background, sample_background_spec
+
+WIDTH, HEIGHT = 640, 360
+REASONS = {detect.NO_RAIL_EDGES, detect.NO_RAIL_PAIR, detect.PAIR_NOT_SUPPORTED, detect.RAILS_NOT_AT_BOTTOM}
+SCENES = [(seed, track_type, curvature) for seed in (0, 1, 2)
+          for track_type in ("ballasted", "ballastless") for curvature in (0.0, 0.0025)]
+
+
+@cache
+def scene(seed: int, track_type: str, curvature: float) -> tuple[BackgroundSpec, np.ndarray]:
+    spec = sample_background_spec(
+        np.random.default_rng(seed), width=WIDTH, height=HEIGHT, track_types=[track_type],
+        conditions={"normal": 1.0}, camera_height_m=(2.2, 2.9), pitch_deg=(1.5, 4.5), hfov_deg=(50.0, 65.0),
+        max_curvature=0.0, max_offset_m=0.15)
+    signed = curvature * (1 if seed % 2 == 0 else -1)
+    spec = dataclasses.replace(spec, geometry=spec.geometry.model_copy(update={"track_curvature": signed}))
+    return spec, render_background(spec)
+
+
+def hfov_of(spec: BackgroundSpec) -> float:
+    return math.degrees(2 * math.atan(spec.geometry.width / 2 / spec.geometry.focal_px))
+
+
+@cache
+def detected(seed: int, track_type: str, curvature: float) -> TrackDetection:
+    spec, image = scene(seed, track_type, curvature)
+    result = detect_track(image, hfov_deg=hfov_of(spec))
+    assert result.detection is not None, result.reason
+    return result.detection
+
+
+def iou(a: np.ndarray, b: np.ndarray) -> float:
+    return float((a & b).sum() / max(1, (a | b).sum()))
+
+
+@pytest.mark.parametrize("case", SCENES, ids=lambda c: f"seed{c[0]}-{c[1]}-k{c[2]}")
+def test_detection_covers_the_true_track_area(case: tuple[int, str, float]) -> None:
+    spec, _ = scene(*case)
+    detection = detected(*case)
+    truth = spec.geometry.track_mask()
+    assert detection.mask.shape == truth.shape and detection.mask.dtype == bool
+    assert not detection.mask[:detection.top_row].any()
+    covered = np.zeros_like(truth)
+    covered[detection.top_row:] = True
+    assert iou(detection.mask, truth & covered) > 0.9
+    # It reaches well past the near field (the top row's ground distance).
+    _, z_top = spec.geometry.ground_point(np.array([spec.geometry.cx]), np.array([float(detection.top_row)]))
+    assert z_top[0] > 30.0
+    assert 0.5 < detection.confidence <= 1.0
+
+
+@pytest.mark.parametrize("case", SCENES, ids=lambda c: f"seed{c[0]}-{c[1]}-k{c[2]}")
+def test_vanishing_point_lies_on_the_true_horizon(case: tuple[int, str, float]) -> None:
+    spec, _ = scene(*case)
+    detection = detected(*case)
+    assert abs(detection.vanishing_point[1] - spec.geometry.horizon_v()) < 0.03 * HEIGHT
+    assert 0 <= detection.vanishing_point[0] < WIDTH
+
+
+@pytest.mark.parametrize("case", SCENES, ids=lambda c: f"seed{c[0]}-{c[1]}-k{c[2]}")
+def test_estimated_camera_gives_metric_distances(case: tuple[int, str, float]) -> None:
+    spec, _ = scene(*case)
+    truth = spec.geometry
+    estimate = estimate_geometry(detected(*case), WIDTH, HEIGHT, hfov_deg=hfov_of(spec))
+    assert estimate.focal_px == pytest.approx(truth.focal_px)
+    assert estimate.height_m == pytest.approx(truth.height_m, rel=0.10)
+    assert math.degrees(abs(estimate.pitch_rad - truth.pitch_rad)) < 0.5
+    v, u = np.nonzero(truth.track_mask())
+    d_true = truth.distance_m(u, v)
+    near = (d_true >= 15) & (d_true <= 40)
+    error = np.abs(estimate.distance_m(u[near], v[near]) - d_true[near]) / d_true[near]
+    assert error.max() < 0.10
+    assert estimate.track_curvature == pytest.approx(truth.track_curvature, abs=3e-4)
+    assert estimate.track_offset_m == pytest.approx(truth.track_offset_m, abs=0.05)
+    assert 30.0 < estimate.track_max_z_m <= truth.track_max_z_m
+
+
+def test_estimated_track_mask_matches_the_detection() -> None:
+    spec, _ = scene(0, "ballasted", 0.0025)
+    detection = detected(0, "ballasted", 0.0025)
+    estimate = estimate_geometry(detection, WIDTH, HEIGHT, hfov_deg=hfov_of(spec))
+    assert iou(estimate.track_mask(), detection.mask) > 0.9
+
+
+def grass(seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    blotches = cv2.resize(rng.normal(0, 1, (HEIGHT // 8, WIDTH // 8)).astype(np.float32), (WIDTH, HEIGHT))
+    grain = rng.normal(0, 1, (HEIGHT, WIDTH)).astype(np.float32)
+    bgr = np.stack([60 + 10 * blotches + 8 * grain, 110 + 20 * blotches + 10 * grain,
+                    70 + 10 * blotches + 8 * grain], axis=-1)
+    return np.clip(bgr, 0, 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize("image", [grass(0), grass(1), np.full((HEIGHT, WIDTH, 3), 128, np.uint8),
+                                   np.random.default_rng(2).integers(0, 256, (HEIGHT, WIDTH, 3), dtype=np.uint8)],
+                         ids=["grass0", "grass1", "flat", "noise"])
+def test_no_track_gives_no_detection_and_a_reason(image: np.ndarray) -> None:
+    result = detect_track(image)
+    assert result.detection is None
+    assert result.reason in REASONS
+
+
+def test_a_scene_with_its_track_painted_over_gives_no_detection() -> None:
+    _, image = scene(1, "ballasted", 0.0)
+    covered = image.copy()
+    covered[HEIGHT // 2:] = grass(3)[HEIGHT // 2:]
+    result = detect_track(covered)
+    assert result.detection is None and result.reason in REASONS
+
+
+def test_rails_hidden_at_the_bottom_are_refused() -> None:
+    spec, image = scene(0, "ballasted", 0.0)
+    hood = image.copy()
+    hood[int(0.8 * HEIGHT):] = (30, 30, 35)  # a cab's hood across the bottom of the frame
+    result = detect_track(hood, hfov_deg=hfov_of(spec))
+    assert result.detection is None and result.reason == detect.RAILS_NOT_AT_BOTTOM
+
+
+# -- refinement with a promptable segmenter ------------------------------------------------------
+class FakeSegmenter:
+    """Returns a fixed mask and records the prompts it was given."""
+
+    identity = "fake"
+
+    def __init__(self, mask: np.ndarray | None) -> None:
+        self.mask = mask
+        self.prompts: list[Prompt] = []
+
+    def segment(self, image_bgr: np.ndarray, prompts: Sequence[Prompt]) -> list[MaskResult]:
+        self.prompts.extend(prompts)
+        return [] if self.mask is None else [MaskResult(self.mask, 0.9)]
+
+
+def trapezoid(top: int = 150, spread: float = 1.0) -> np.ndarray:
+    mask = np.zeros((HEIGHT, WIDTH), dtype=bool)
+    rows = np.arange(top, HEIGHT)
+    half = (10 + 0.9 * (rows - top)) * spread
+    cols = np.arange(WIDTH)[None, :]
+    mask[top:] = np.abs(cols - WIDTH / 2) <= half[:, None]
+    return mask
+
+
+def test_refinement_prompts_from_the_coarse_mask_and_keeps_the_segmenters_mask() -> None:
+    coarse, refined_truth = trapezoid(), trapezoid(spread=1.1)
+    segmenter = FakeSegmenter(refined_truth)
+    image = np.zeros((HEIGHT, WIDTH, 3), np.uint8)
+    refined = refine_with_segmenter(image, coarse, segmenter, n_points=8, rng=np.random.default_rng(0))
+    assert np.array_equal(refined, refined_truth)
+    (prompt,) = segmenter.prompts
+    rows, cols = np.nonzero(coarse)
+    assert prompt.box == (cols.min(), rows.min(), cols.max() + 1, rows.max() + 1)
+    points = np.array(prompt.points)
+    labels = np.array(prompt.point_labels)
+    positives, negatives = points[labels == 1].astype(int), points[labels == 0].astype(int)
+    assert len(positives) == 8 and len(negatives) >= 2
+    assert coarse[positives[:, 1], positives[:, 0]].all()
+    assert not coarse[negatives[:, 1], negatives[:, 0]].any()
+    # Spread along the mask's height: one positive per eighth of its rows.
+    bands = np.floor((positives[:, 1] - rows.min()) / ((rows.max() - rows.min() + 1) / 8))
+    assert len(set(bands.tolist())) == 8
+
+
+def test_refinement_keeps_the_coarse_mask_when_the_segmenter_disagrees_or_fails() -> None:
+    coarse = trapezoid()
+    image = np.zeros((HEIGHT, WIDTH, 3), np.uint8)
+    elsewhere = np.zeros_like(coarse)
+    elsewhere[:100, :200] = True
+    for mask in (elsewhere, None, np.zeros_like(coarse)):
+        refined = refine_with_segmenter(image, coarse, FakeSegmenter(mask), rng=np.random.default_rng(0))
+        assert np.array_equal(refined, coarse)
+
+
+def test_positive_points_follow_the_logits() -> None:
+    coarse = trapezoid()
+    logits = np.where(coarse, 0.0, -5.0).astype(np.float32)
+    logits[:, WIDTH // 2 - 2:WIDTH // 2 + 3] += 5.0  # most confident along the centre line
+    prompt = track_prompt(coarse, n_points=6, rng=np.random.default_rng(1), logits=logits)
+    positives = np.array(prompt.points)[np.array(prompt.point_labels) == 1]
+    assert np.all(np.abs(positives[:, 0] - WIDTH / 2) <= 3)
+
+
+# -- a learned coarse mask -----------------------------------------------------------------------
+@pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")  # TorchScript is what users hand in
+def test_torchscript_coarse_mask(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+
+    class GreenIsTrack(torch.nn.Module):
+        def forward(self, rgb: torch.Tensor) -> torch.Tensor:
+            return 20.0 * (rgb[:, 1:2] - 0.5)  # logit > 0 where green > 0.5
+
+    path = tmp_path / "rail_seg.pt"
+    torch.jit.save(torch.jit.script(GreenIsTrack()), str(path))
+    image = np.zeros((48, 64, 3), np.uint8)
+    image[20:, 16:40, 1] = 200  # BGR: green channel
+    image[:, 50:, 2] = 200      # red only: not track
+    mask, logits = SegmentationModelTrack(path).coarse_mask(image)
+    expected = np.zeros((48, 64), bool)
+    expected[20:, 16:40] = True
+    assert logits.shape == (48, 64) and logits.dtype == np.float32
+    assert np.array_equal(mask, expected)
+    # A strict threshold keeps only confident pixels: green 200/255 gives sigmoid(5.7) ~ 0.997.
+    assert not SegmentationModelTrack(path, threshold=0.999).coarse_mask(image)[0].any()

@@ -1,0 +1,200 @@
+"""Versioned datasets: the pointer switch, the incremental version made only from new videos, and
+the watcher that finds them (flows under Prefect's test harness, one server for this module)."""
+
+import filecmp
+import json
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from media import H, W, cab_frames, write_video
+from prefect.testing.utilities import prefect_test_harness
+
+from flows import versions as versions_flow
+from flows.versions import build_version, ingest_new_videos
+from flows.watch import watch_videos
+from synrail.config import load_config
+from synrail.export.validate import validate_dataset
+from synrail.rail.geometry import CameraGeometry
+from synrail.records import BackgroundRecord
+from synrail.stages.versions import (
+    LATEST,
+    VersionInfo,
+    copy_tree,
+    incremental_plan,
+    latest_version,
+    local_copy,
+    prune_unreferenced,
+    publish,
+    resolve_dataset,
+    version_store,
+    video_split,
+)
+from synrail.storage.store import Store
+
+ROOT = Path(__file__).resolve().parents[3]
+TINY = str(ROOT / "configs" / "tiny.yaml")
+
+
+def video_overrides(videos: Path) -> dict:
+    return {"num_images": 12, "image.width": W, "image.height": H, "backgrounds.source": "video",
+            "backgrounds.video": {"url": str(videos), "hfov_deg": 60, "sampling": {"fps": 2.0}},
+            "ingest.images_per_video": 6, "execution.chunk_size": 4}
+
+
+def info(version: str, videos: list[str], n: int = 3) -> VersionInfo:
+    return VersionInfo(version=version, parent=None, kind="full", created="2026-12-02T00:00:00+00:00",
+                       build_hash="h", code_version="c", num_images=n, videos=videos)
+
+
+def test_video_split_is_stable_and_follows_the_fractions():
+    cfg = load_config(TINY)
+    names = [f"cab/{k:04d}.mp4" for k in range(3000)]
+    splits = [video_split(cfg, n) for n in names]
+    assert splits == [video_split(cfg, n) for n in names]
+    fractions = cfg.splits.fractions()
+    for split, share in fractions.items():
+        assert abs(splits.count(split) / len(names) - share) < 0.03
+    only_train = load_config(TINY, {"splits": {"train": 1.0, "val": 0.0, "test": 0.0}})
+    assert {video_split(only_train, n) for n in names[:200]} == {"train"}
+
+
+def test_incremental_plan_numbers_on_and_keeps_each_video_in_its_split():
+    cfg = load_config(TINY, {"ingest.images_per_video": 5, "execution.chunk_size": 4})
+    geometry = CameraGeometry(width=64, height=48, focal_px=50.0, cx=32.0, cy=24.0, height_m=2.5, pitch_rad=0.05)
+    backgrounds = [BackgroundRecord(background_id=f"{v}-{k}", index=k, split=split, source=f"video:{v}",
+                                    path="p.png", sha256="s", width=64, height=48, track_type="ballasted",
+                                    condition="normal", geometry=geometry, fog_beta=0.0,
+                                    airlight_bgr=(0, 0, 0), illumination_bgr=(1, 1, 1), sensor_noise=0.0,
+                                    rail_area={}, rail_area_px=1)
+                   for v, split in [("b.avi", "val"), ("a.avi", "train")] for k in range(2)]
+    plan = incremental_plan(cfg, 100, backgrounds)
+    assert [(first, stop) for first, stop, _ in plan] == [(100, 104), (104, 108), (108, 110)]
+    assert [s for _, _, splits in plan for s in splits] == ["train"] * 5 + ["val"] * 5
+
+
+def test_publish_switches_the_pointer_and_the_link(tmp_path):
+    root = Store(str(tmp_path / "ds"))
+    assert latest_version(root) is None and resolve_dataset(root.root_url) == root.root_url
+    for version in ("v0001", "v0002"):
+        version_store(root, version).write_text("data.yaml", version)
+        publish(root, info(version, []))
+    assert latest_version(root) == "v0002"
+    assert json.loads(root.read_text(LATEST))["path"] == "versions/v0002"
+    assert resolve_dataset(root.root_url).endswith("/versions/v0002")
+    assert os.readlink(tmp_path / "ds" / "latest") == "versions/v0002"
+    assert (tmp_path / "ds" / "latest" / "data.yaml").read_text() == "v0002"
+    assert not list((tmp_path / "ds").glob(".latest*"))
+
+
+def test_copy_tree_hard_links_local_files_and_skips_temporaries(tmp_path):
+    source, target = Store(str(tmp_path / "a")), Store(str(tmp_path / "b"))
+    source.write_text("images/train/000001.jpg", "x")
+    (tmp_path / "a/images/train/.000002.jpg.1234.tmp").write_text("partial")
+    assert copy_tree(source, target, "images") == 1
+    copied = tmp_path / "b/images/train/000001.jpg"
+    assert copied.read_text() == "x" and copied.stat().st_ino == (tmp_path / "a/images/train/000001.jpg").stat().st_ino
+    assert copy_tree(source, target, "images") == 1  # again, over the existing link
+    assert copy_tree(source, target, "nothing-here") == 0
+
+
+def test_prune_removes_only_files_no_chunk_lists(tmp_path):
+    from synrail.records import ChunkRecord
+    from synrail.storage.tables import table_bytes
+    out = Store(str(tmp_path))
+    out.write_bytes("c.parquet", table_bytes([{"file_name": "images/train/000000.jpg"}]))
+    for rel in ("images/train/000000.jpg", "labels/train/000000.txt", "images/val/000001.jpg",
+                "labels/val/000001.txt"):
+        out.write_text(rel, "")
+    chunk = ChunkRecord(first=0, stop=1, images_path="c.parquet", annotations_path="", sha256="", num_images=1,
+                        num_annotations=0)
+    assert sorted(prune_unreferenced(out, [chunk])) == ["images/val/000001.jpg", "labels/val/000001.txt"]
+    assert out.exists("images/train/000000.jpg") and out.exists("labels/train/000000.txt")
+
+
+@pytest.fixture(scope="module")
+def harness():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def test_new_video_makes_an_incremental_version_beside_the_old(harness, tmp_path, monkeypatch):
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    for k in range(2):
+        write_video(videos / f"line{k}.avi", cab_frames(k, 4))
+    dataset = str(tmp_path / "dataset")
+    overrides = video_overrides(videos)
+
+    assert sorted(Path(u).name for u in watch_videos(TINY, dataset, overrides)) == ["line0.avi", "line1.avi"]
+    first = ingest_new_videos(TINY, dataset, overrides)  # no version yet: a full one
+    assert (first.version, first.published, first.num_images) == ("v0001", True, 12)
+    v1 = tmp_path / "dataset/versions/v0001"
+    v1_files = {p: p.read_bytes() for p in v1.rglob("*") if p.is_file() and ".synrail" not in p.parts}
+    assert watch_videos(TINY, dataset, overrides) == []
+    assert not ingest_new_videos(TINY, dataset, overrides).published
+    assert not build_version(TINY, dataset, overrides).published  # the schedule finds nothing to do
+
+    write_video(videos / "line2.avi", cab_frames(2, 4))
+    assert [Path(u).name for u in watch_videos(TINY, dataset, overrides)] == ["line2.avi"]
+    def crash(*args):
+        raise RuntimeError("crashed just before publishing")
+    monkeypatch.setattr(versions_flow, "prune_unreferenced", crash)
+    with pytest.raises(RuntimeError, match="crashed"):
+        ingest_new_videos(TINY, dataset, overrides)
+    assert resolve_dataset(dataset).endswith("versions/v0001")  # readers still see the complete v0001
+    assert (tmp_path / "dataset/versions/v0002/manifest/images.parquet").exists()  # half-made, unpublished
+    monkeypatch.undo()
+    second = ingest_new_videos(TINY, dataset, overrides, video_url=str(videos / "line2.avi"))
+    assert (second.version, second.published, second.new_videos) == ("v0002", True, ["line2.avi"])
+    assert second.num_images == 12 + 6
+
+    v2 = tmp_path / "dataset/versions/v0002"
+    assert resolve_dataset(dataset).endswith("versions/v0002")
+    assert {p: p.read_bytes() for p in v1_files} == v1_files  # the old version is untouched
+    assert validate_dataset(v2) == [] and validate_dataset(v1) == []
+    images = pq.read_table(v2 / "manifest/images.parquet").to_pylist()
+    assert len(images) == 18 and len({r["image_id"] for r in images}) == 18
+    backgrounds = {b["background_id"]: b for b in pq.read_table(v2 / "manifest/backgrounds.parquet").to_pylist()}
+    new_images = [r for r in images if r["image_index"] >= 12]
+    assert {backgrounds[r["background_id"]]["source"] for r in new_images} == {"video:line2.avi"}
+    assert len({r["split"] for r in new_images}) == 1  # a new video feeds one split
+    for rel in [r["file_name"] for r in images if r["image_index"] < 12]:  # carried over, not recomposed
+        assert filecmp.cmp(v1 / rel, v2 / rel, shallow=False)
+    annotated = sum(len(json.loads((v2 / f"annotations/instances_{s}.json").read_text())["images"])
+                    for s in ("train", "val", "test") if (v2 / f"annotations/instances_{s}.json").exists())
+    assert annotated == 18
+    assert sorted(json.loads((v2 / ".synrail/version.json").read_text())["videos"]) == [
+        "line0.avi", "line1.avi", "line2.avi"]
+
+
+def test_local_copy_downloads_the_latest_version_once(tmp_path):
+    root = Store("memory://synrail-test-local-copy")
+    for version in ("v0001", "v0002"):
+        version_store(root, version).write_text("data.yaml", f"path: {version}\n")
+        version_store(root, version).write_text("images/train/000000.jpg", version)
+        publish(root, info(version, []))
+    data_yaml = local_copy(root.root_url, tmp_path / "local")
+    assert data_yaml == tmp_path / "local/v0002/data.yaml" and data_yaml.read_text() == "path: v0002\n"
+    assert (tmp_path / "local/v0002/images/train/000000.jpg").read_text() == "v0002"
+    assert not list((tmp_path / "local").glob(".*partial"))
+    version_store(root, "v0002").write_text("data.yaml", "changed")
+    assert local_copy(root.root_url, tmp_path / "local").read_text() == "path: v0002\n"  # not fetched again
+    local_root = Store(str(tmp_path / "ds"))
+    version_store(local_root, "v0001").write_text("data.yaml", "x")
+    publish(local_root, info("v0001", []))
+    assert local_copy(local_root.root_url, tmp_path / "unused") == tmp_path / "ds/versions/v0001/data.yaml"
+
+
+def test_an_unpublished_folder_is_reused_for_this_build_and_replaced_for_another(tmp_path):
+    from synrail.stages.versions import claim_version_folder
+    from synrail.storage.output import BUILD_MARKER
+    out = Store(str(tmp_path / "versions/v0002"))
+    cfg = load_config(TINY)
+    claim_version_folder(out, cfg)
+    out.write_text("images/train/000000.jpg", "left by a crash")
+    claim_version_folder(out, cfg)
+    assert out.exists("images/train/000000.jpg")  # the same build: kept, the rerun reuses it
+    claim_version_folder(out, load_config(TINY, {"seed": 7}))
+    assert not out.exists("images/train/000000.jpg") and out.exists(BUILD_MARKER)
