@@ -19,6 +19,7 @@ demo: $(STAMP)
 	$(VENV)/bin/synrail build --config configs/default.yaml --out out/demo
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -q -n 2 tests
 
 bench: $(STAMP)
