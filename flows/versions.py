@@ -86,7 +86,7 @@ def ingest_new_videos(config_path: str | None, dataset_url: str, overrides: dict
 
 
 def _full_version(config: BuildConfig, root: Store) -> VersionSummary:
-    listed = source_videos(config) if config.backgrounds.source == "video" else []
+    listed = source_videos(config) if config.backgrounds.source != "procedural" else []
     reason = unchanged_reason(config, root, listed)
     latest = latest_version(root)
     if reason:

@@ -71,7 +71,9 @@ class CameraConfig(Section):
 
 
 class VideoBackgroundConfig(Section):
-    """Backgrounds from cab videos: a folder or an s3:// prefix of mp4/avi/mkv/mov files."""
+    """Backgrounds from cab footage: a folder or an s3:// prefix of mp4/avi/mkv/mov files
+    (``backgrounds.video``), or of jpg/png frames, one camera sequence per subfolder
+    (``backgrounds.frames``; sampled by ``sampling.stride``, every frame by default)."""
 
     url: str
     sampling: VideoSourceConfig = VideoSourceConfig()  # frame rate or stride, filters, sidecar metadata
@@ -81,9 +83,10 @@ class VideoBackgroundConfig(Section):
 
 
 class BackgroundConfig(Section):
-    source: Literal["procedural", "video"] = "procedural"
+    source: Literal["procedural", "video", "frames"] = "procedural"
     count: int = Field(default=40, ge=1, description="procedural backgrounds to render")
     video: VideoBackgroundConfig | None = None
+    frames: VideoBackgroundConfig | None = None
     track_types: tuple[Literal["ballasted", "ballastless"], ...] = TRACK_TYPES
     conditions: dict[Literal["normal", "overcast", "fog", "dusk"], float] = Field(
         default_factory=lambda: {"normal": 0.55, "overcast": 0.2, "fog": 0.125, "dusk": 0.125})
@@ -105,11 +108,26 @@ class BackgroundConfig(Section):
             raise ValueError(f"track_types needs at least one of {list(TRACK_TYPES)}")
         return types
 
+    @field_validator("frames", mode="before")
+    @classmethod
+    def _frames_default_to_every_image(cls, data: Any) -> Any:
+        sampling = data.get("sampling") if isinstance(data, dict) else None
+        if isinstance(data, dict) and (sampling is None or "stride" not in sampling):
+            if sampling and sampling.get("fps") is not None:
+                raise ValueError("an image folder has no frame rate: sample it with sampling.stride, not fps")
+            return {**data, "sampling": {**(sampling or {}), "stride": 1}}
+        return data
+
     @model_validator(mode="after")
-    def _video_needs_its_section(self) -> BackgroundConfig:
-        if self.source == "video" and self.video is None:
-            raise ValueError("backgrounds.source is 'video': set backgrounds.video.url")
+    def _footage_needs_its_section(self) -> BackgroundConfig:
+        if self.source in ("video", "frames") and self.footage is None:
+            raise ValueError(f"backgrounds.source is {self.source!r}: set backgrounds.{self.source}.url")
         return self
+
+    @property
+    def footage(self) -> VideoBackgroundConfig | None:
+        """The section of the footage in use (``video`` or ``frames``); None for procedural scenes."""
+        return {"video": self.video, "frames": self.frames}.get(self.source)
 
 
 class ProceduralSource(Section):

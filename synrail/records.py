@@ -49,14 +49,17 @@ class BackgroundRecord(Record):
     rail_area: dict[str, Any]  # compressed RLE of the track area
     rail_area_px: int
     light_deg: tuple[float, float] | None = None  # sun azimuth, elevation when known (rendered scenes)
+    source_url: str | None = None  # the video or image file a real frame came from
+    frame_index: int | None = None  # the frame of that video, or the image's position in its sequence
 
 
 class UnusedFrame(Record):
     """A sampled frame left out of the backgrounds, with the reason."""
 
-    video: str
+    video: str  # the video's or image sequence's name below the footage root
     frame_index: int
     reason: str
+    source_url: str = ""  # the video or image file
 
 
 class VideoBackgrounds(Record):

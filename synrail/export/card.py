@@ -52,7 +52,9 @@ def _origin_sentence(config: dict[str, Any]) -> str:
         return ("The backgrounds and obstacles of this build are **procedural** (rendered scenes and drawn "
                 "cutouts that stand in for cab videos and real galleries so the pipeline runs anywhere); they "
                 "are not photographs.")
-    return (f"Backgrounds: {'procedural scenes' if procedural_backgrounds else 'frames of cab videos'}; "
+    footage = {"procedural": "procedural scenes", "video": "frames of cab videos",
+               "frames": "folders of cab frames"}[config["backgrounds"]["source"]]
+    return (f"Backgrounds: {footage}; "
             f"obstacles: {', '.join(s['type'] for s in config['gallery']['sources'])}.")
 
 

@@ -1,5 +1,10 @@
-"""Train-cab videos as a background source: listing them under a folder or an s3:// prefix, their
-optional metadata sidecar, and frames sampled from them at a fixed rate or stride.
+"""Train-cab footage as a background source: videos, or folders of frames (image sequences), listed
+under a folder or an s3:// prefix, their optional metadata sidecar, and frames sampled from them at
+a fixed rate or stride.
+
+An image folder's layout: each subfolder is one camera sequence (its images sorted by name); an
+image directly under the root is a sequence of its own. A sequence is handled like a video: one
+camera, one split, frames numbered by their position in it.
 
 OpenCV reads only local paths, so a remote video is copied to a temporary file while it is sampled.
 """
@@ -7,6 +12,7 @@ OpenCV reads only local paths, so a remote video is copied to a temporary file w
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import math
 import os
@@ -27,6 +33,7 @@ import pyarrow.parquet as pq
 from synrail.storage.store import LOCAL_PROTOCOLS
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 SIDECAR_COLUMNS = ("country", "weather", "track_type", "time_of_day")
 TRACK_TYPES = ("ballasted", "ballastless")
 
@@ -41,10 +48,21 @@ class VideoError(ValueError):
 
 @dataclass(frozen=True)
 class VideoRef:
+    """One video file, or one image sequence (``members``: its image names below ``url``, in order)."""
+
     url: str
     name: str  # path below the listed root, "/"-separated
     size: int
     version: str  # ETag / VersionId on object stores, else size and mtime: a re-upload is a new input
+    members: tuple[str, ...] = ()  # an image sequence's files, relative to ``url``; empty for a video
+
+    @property
+    def is_sequence(self) -> bool:
+        return bool(self.members)
+
+    def frame_url(self, frame_index: int) -> str:
+        """The URL of frame ``frame_index``: the video itself, or the sequence's image at that position."""
+        return f"{self.url}/{self.members[frame_index]}" if self.members else self.url
 
 
 @dataclass(frozen=True)
@@ -97,6 +115,43 @@ def list_videos(root_url: str, storage_options: dict | None = None) -> list[Vide
         if info.get("type", "file") == "file" and _is_video_name(name):
             refs.append(VideoRef(url=f"{url}/{name}", name=name, size=int(info.get("size") or 0),
                                  version=_version(info)))
+    return sorted(refs, key=lambda ref: ref.name)
+
+
+def _is_image_name(name: str) -> bool:
+    base = posixpath.basename(name)
+    return not base.startswith(".") and base.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def list_sequences(root_url: str, storage_options: dict | None = None) -> list[VideoRef]:
+    """Every image sequence under ``root_url``, sorted by name.
+
+    Each folder holding images is one sequence (its images in name order, subfolders of its own
+    are sequences of their own); an image directly under the root is a one-frame sequence.
+
+    Raises:
+        FileNotFoundError: the root does not exist.
+    """
+    url = _as_url(root_url)
+    fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    root = root.rstrip("/")
+    fs.invalidate_cache(root)
+    if not fs.exists(root):
+        raise FileNotFoundError(f"no such frames folder or prefix: {url}")
+    sequences: dict[str, tuple[str, list[tuple[str, dict[str, Any]]]]] = {}  # name -> (url, files)
+    for path, info in fs.find(root, detail=True).items():
+        name = posixpath.relpath(path, root)
+        if info.get("type", "file") != "file" or not _is_image_name(name):
+            continue
+        folder = posixpath.dirname(name)
+        key, base = (folder, f"{url}/{folder}") if folder else (name, url)  # a root-level image: its own
+        sequences.setdefault(key, (base, []))[1].append((posixpath.basename(name), info))
+    refs = []
+    for name, (base, files) in sequences.items():
+        files.sort(key=lambda item: item[0])
+        digest = hashlib.sha256("\n".join(f"{f} {_version(i)}" for f, i in files).encode()).hexdigest()[:16]
+        refs.append(VideoRef(url=base, name=name, size=sum(int(i.get("size") or 0) for _, i in files),
+                             version=digest, members=tuple(f for f, _ in files)))
     return sorted(refs, key=lambda ref: ref.name)
 
 
@@ -269,8 +324,49 @@ class FrameStream(Iterator[SampledFrame]):
             index += 1
 
 
+class ImageSequenceStream(Iterator[SampledFrame]):
+    """The sampled images of one sequence, every ``stride``-th by name. An image that cannot be
+    decoded is skipped and listed in ``unreadable`` (position, reason); a sequence with no readable
+    image raises VideoError. ``time_s`` is the position (a folder of frames has no clock)."""
+
+    def __init__(self, video: VideoRef, stride: int, max_frames: int | None, storage_options: dict | None) -> None:
+        self.video = video
+        self.frames_expected = len(range(0, len(video.members), stride))
+        if max_frames is not None:
+            self.frames_expected = min(self.frames_expected, max_frames)
+        self.frames_decoded = 0
+        self.unreadable: list[tuple[int, str]] = []
+        self.truncated = False
+        self._frames = self._generate(stride, storage_options)
+
+    def __next__(self) -> SampledFrame:
+        return next(self._frames)
+
+    def close(self) -> None:
+        self._frames.close()
+
+    def _generate(self, stride: int, storage_options: dict | None) -> Iterator[SampledFrame]:
+        fs, folder = fsspec.core.url_to_fs(self.video.url, **(storage_options or {}))
+        for position in range(0, len(self.video.members), stride)[: self.frames_expected]:
+            path = f"{folder.rstrip('/')}/{self.video.members[position]}"
+            try:
+                data = fs.cat_file(path)
+            except OSError as exc:
+                self.unreadable.append((position, f"unreadable image: {exc.strerror or exc}"))
+                continue
+            image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) if data else None
+            if image is None:
+                self.unreadable.append((position, "unreadable image: not a decodable JPEG/PNG"))
+                continue
+            self.frames_decoded += 1
+            yield SampledFrame(frame_index=position, time_s=float(position), image=image)
+        if self.frames_decoded == 0:
+            raise VideoError(self.video.url, "no readable image in the sequence")
+
+
 def sample_frames(video: VideoRef, *, fps: float | None = None, stride: int | None = None,
-                  max_frames: int | None = None, storage_options: dict | None = None) -> FrameStream:
+                  max_frames: int | None = None, storage_options: dict | None = None
+                  ) -> FrameStream | ImageSequenceStream:
     """Frames of ``video`` at ``fps`` per second of video or every ``stride``-th frame (exactly one).
 
     Nothing is opened until the first frame is asked for; a video that cannot be used raises
@@ -284,4 +380,8 @@ def sample_frames(video: VideoRef, *, fps: float | None = None, stride: int | No
         raise ValueError(f"stride must be at least 1, got {stride}")
     if max_frames is not None and max_frames < 1:
         raise ValueError(f"max_frames must be at least 1, got {max_frames}")
+    if video.is_sequence:
+        if stride is None:
+            raise ValueError(f"{video.url}: an image sequence has no frame rate; sample it with a stride")
+        return ImageSequenceStream(video, stride, max_frames, storage_options)
     return FrameStream(video, fps, stride, max_frames, storage_options)

@@ -55,7 +55,7 @@ def _load_scene_background(cache_url: str, record_json: str) -> SceneBackground:
                            fog_beta=record.fog_beta, airlight_bgr=record.airlight_bgr,
                            illumination_bgr=record.illumination_bgr, sensor_noise=record.sensor_noise,
                            light_deg=record.light_deg, shadow_scale=SHADOW_SCALE.get(record.condition, 0.6),
-                           real_frame=record.source.startswith("video:"))
+                           real_frame=record.source.startswith(("video:", "frames:")))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -33,8 +33,9 @@ def check_inputs(cfg: BuildConfig, backgrounds: Sequence[BackgroundRecord], gall
     for split, share in cfg.splits.fractions().items():
         if share > 0 and not any(b.split == split for b in backgrounds):
             raise InputError(f"no usable background for split {split!r} ({len(backgrounds)} in all; "
-                             f"{len(report.quarantine)} videos quarantined, {len(report.unused_frames)} frames "
-                             "unused): add videos or loosen backgrounds.video.sampling.filters")
+                             f"{len(report.quarantine)} videos or sequences quarantined, "
+                             f"{len(report.unused_frames)} frames unused): add footage or loosen "
+                             f"backgrounds.{cfg.backgrounds.source}.sampling.filters")
     missing = [c for c in cfg.classes if not any(g.class_name == c for g in gallery)]
     if missing:
         raise InputError(f"no cutout for class(es) {missing}: add a gallery source for them or drop them from "

@@ -1,5 +1,5 @@
-"""The background stage for cab videos: sampled, filtered frames whose track is found, each with
-the camera geometry estimated from its rails (the 1435 mm gauge as the ruler).
+"""The background stage for cab footage (videos, or folders of frames): sampled, filtered frames
+whose track is found, each with the camera geometry estimated from its rails (the gauge as the ruler).
 
 Every frame that is not used says why (filter reason, or "no track: ..."); a video that cannot be
 read becomes a quarantine row. Neither stops the build.
@@ -19,7 +19,7 @@ from synrail.rail.estimate import SegmentationModelTrack, estimate_geometry, ref
 from synrail.randomness import Stream, rng_for
 from synrail.records import BackgroundRecord, UnusedFrame, VideoBackgrounds
 from synrail.segment.loader import load_segmenter
-from synrail.sources.video import VideoRef, list_videos
+from synrail.sources.video import VideoRef, list_sequences, list_videos
 from synrail.sources.video_backgrounds import extract_video_backgrounds
 from synrail.stages.splits import time_block_split
 from synrail.storage.codecs import decode_image, encode_image
@@ -56,7 +56,10 @@ def fit_frame(image: np.ndarray, width: int, height: int) -> np.ndarray:
 
 
 def source_videos(cfg: BuildConfig) -> list[VideoRef]:
-    """The videos under ``backgrounds.video.url``, sorted by name."""
+    """The videos under ``backgrounds.video.url``, or the image sequences under ``backgrounds.frames.url``,
+    sorted by name."""
+    if cfg.backgrounds.source == "frames":
+        return list_sequences(cfg.backgrounds.frames.url)
     return list_videos(cfg.backgrounds.video.url)
 
 
@@ -67,7 +70,7 @@ def _track_model(path: str, device: str) -> SegmentationModelTrack:
 
 def _track_mask(image: np.ndarray, cfg: BuildConfig, detection_mask: np.ndarray, frame_index: int) -> np.ndarray:
     """The detected track area, refined by the segmenter when configured (the paper's SAM step)."""
-    video_cfg = cfg.backgrounds.video
+    video_cfg = cfg.backgrounds.footage
     mask, logits = detection_mask, None
     if video_cfg.track_model:
         model_mask, logits = _track_model(video_cfg.track_model, cfg.segment.device).coarse_mask(image)
@@ -82,11 +85,11 @@ def _track_mask(image: np.ndarray, cfg: BuildConfig, detection_mask: np.ndarray,
 
 
 def prepare_video_backgrounds(cfg: BuildConfig, video: VideoRef, split: str | None, cache: Store) -> VideoBackgrounds:
-    """All usable backgrounds of one video.
+    """All usable backgrounds of one video or image sequence.
 
     Args:
         cfg: the build config (reads ``CONFIG_SECTIONS``).
-        video: the video to read.
+        video: the video or image sequence to read.
         split: the video's split, or None to cut it into time blocks (fewer videos than splits).
         cache: the build's cache store (frames and background PNGs).
 
@@ -94,9 +97,11 @@ def prepare_video_backgrounds(cfg: BuildConfig, video: VideoRef, split: str | No
         The video's background records, every sampled frame left out with its reason, and a
         quarantine row when the video cannot be read.
     """
-    video_cfg = cfg.backgrounds.video
+    video_cfg = cfg.backgrounds.footage
+    kind = "frames" if video.is_sequence else "video"
     extraction = extract_video_backgrounds(video, video_cfg.sampling, cache)
-    unused = [UnusedFrame(video=video.name, frame_index=r.frame_index, reason=r.reason) for r in extraction.rejected]
+    unused = [UnusedFrame(video=video.name, frame_index=r.frame_index, reason=r.reason,
+                          source_url=video.frame_url(r.frame_index)) for r in extraction.rejected]
     records = []
     for k, frame in enumerate(extraction.frames):
         image = fit_frame(decode_image(cache.read_bytes(frame.path), cv2.IMREAD_COLOR, cache.url(frame.path)),
@@ -104,7 +109,8 @@ def prepare_video_backgrounds(cfg: BuildConfig, video: VideoRef, split: str | No
         found = detect_track(image, hfov_deg=video_cfg.hfov_deg)
         if found.detection is None:
             unused.append(UnusedFrame(video=video.name, frame_index=frame.frame_index,
-                                      reason=f"no track: {found.reason}"))
+                                      reason=f"no track: {found.reason}",
+                                      source_url=video.frame_url(frame.frame_index)))
             continue
         mask = _track_mask(image, cfg, found.detection.mask, frame.frame_index)
         geometry = estimate_geometry(found.detection, cfg.image.width, cfg.image.height, hfov_deg=video_cfg.hfov_deg)
@@ -113,8 +119,9 @@ def prepare_video_backgrounds(cfg: BuildConfig, video: VideoRef, split: str | No
         path = f"backgrounds/{sha[:24]}.png"
         cache.write_bytes(path, png)
         records.append(BackgroundRecord(
-            background_id=f"video-{frame.frame_id}", index=frame.frame_index,
-            split=split or time_block_split(k / max(len(extraction.frames), 1), cfg), source=f"video:{video.name}",
+            background_id=f"{kind}-{frame.frame_id}", index=frame.frame_index,
+            split=split or time_block_split(k / max(len(extraction.frames), 1), cfg), source=f"{kind}:{video.name}",
+            source_url=video.frame_url(frame.frame_index), frame_index=frame.frame_index,
             path=path, sha256=sha, width=cfg.image.width, height=cfg.image.height,
             track_type=extraction.metadata.get("track_type", "unknown"),
             condition=condition_from_metadata(extraction.metadata), geometry=geometry, fog_beta=0.0,

@@ -1,0 +1,74 @@
+"""Folders of frames as backgrounds: each subfolder one camera sequence, a root-level image its own."""
+
+from pathlib import Path
+
+import cv2
+import pandas as pd
+import pytest
+from media import cab_frames
+
+from synrail.config import load_config
+from synrail.sources.video import list_sequences, sample_frames
+from synrail.stages.local import build_in_process
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_frame_folder(root: Path) -> Path:
+    """Three sequences of 3 frames (one with an undecodable image), one root-level still, one non-image."""
+    for k in range(3):
+        folder = root / f"run{k}"
+        folder.mkdir(parents=True)
+        for i, frame in enumerate(cab_frames(10 + k, 3)):
+            cv2.imwrite(str(folder / f"f{i:03d}.{'jpg' if k else 'png'}"), frame)
+    (root / "run1" / "f001b.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    cv2.imwrite(str(root / "still.jpg"), cab_frames(20, 1)[0])
+    (root / "notes.txt").write_text("not an image")
+    return root
+
+
+def test_sequences_are_subfolders_sorted_by_name_and_root_images_stand_alone(tmp_path):
+    sequences = list_sequences(str(write_frame_folder(tmp_path / "frames")))
+    assert [s.name for s in sequences] == ["run0", "run1", "run2", "still.jpg"]
+    assert sequences[1].members == ("f000.jpg", "f001.jpg", "f001b.jpg", "f002.jpg")
+    assert sequences[3].members == ("still.jpg",) and sequences[3].frame_url(0).endswith("/frames/still.jpg")
+    assert sequences[0].frame_url(2).endswith("/frames/run0/f002.png")
+
+
+def test_a_sequence_samples_by_stride_and_lists_undecodable_images(tmp_path):
+    run1 = list_sequences(str(write_frame_folder(tmp_path / "frames")))[1]
+    stream = sample_frames(run1, stride=1)
+    assert [f.frame_index for f in stream] == [0, 1, 3]
+    assert stream.unreadable == [(2, "unreadable image: not a decodable JPEG/PNG")]
+    assert [f.frame_index for f in sample_frames(run1, stride=2)] == [0]  # position 2 is the bad one
+    with pytest.raises(ValueError, match="no frame rate"):
+        sample_frames(run1, fps=1.0)
+
+
+def test_fps_is_refused_for_image_folders():
+    with pytest.raises(Exception, match="no frame rate"):
+        load_config(ROOT / "configs" / "tiny.yaml", {"backgrounds.source": "frames", "backgrounds.frames.url": "x",
+                                                    "backgrounds.frames.sampling.fps": 2.0})
+
+
+def test_frame_folder_build_keeps_sequences_whole_and_names_every_source(tmp_path):
+    folder = write_frame_folder(tmp_path / "frames")
+    cfg = load_config(ROOT / "configs" / "tiny.yaml", {
+        "num_images": 8, "backgrounds.source": "frames", "backgrounds.frames.url": str(folder),
+        "backgrounds.frames.sampling.filters.duplicate_hamming": 0, "splits.train": 0.5, "splits.val": 0.25,
+        "splits.test": 0.25})
+    build_in_process(cfg, str(tmp_path / "out"))
+    backgrounds = pd.read_parquet(tmp_path / "out/manifest/backgrounds.parquet")
+    assert len(backgrounds) >= 4
+    assert backgrounds.source.str.startswith("frames:").all()
+    for url, index in zip(backgrounds.source_url, backgrounds.frame_index, strict=True):
+        name = url.rsplit("/frames/", 1)[1]
+        sequence = list_sequences(str(folder))[[s.name for s in list_sequences(str(folder))].index(
+            name.split("/")[0])]
+        assert sequence.members[index] == name.split("/")[-1]  # frame_index: the position in its sequence
+    per_sequence = backgrounds.groupby(backgrounds.source.str.split(":").str[1]).split.nunique()
+    assert (per_sequence == 1).all()  # a sequence never straddles splits
+    unused = pd.read_parquet(tmp_path / "out/manifest/unused_frames.parquet")
+    bad = unused[unused.source_url.str.endswith("run1/f001b.jpg")]
+    assert list(bad.reason) == ["unreadable image: not a decodable JPEG/PNG"] and list(bad.frame_index) == [2]
+    assert "folders of cab frames" in (tmp_path / "out/dataset_card.md").read_text()
