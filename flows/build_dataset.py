@@ -21,10 +21,11 @@ from synrail.output import cache_url as build_cache_url
 from synrail.output import claim_output
 from synrail.config import ProceduralSource
 from synrail.gallery import GallerySourceResult, needs_gpu
-from synrail.inputs import InputReport, check_inputs, input_report
+from synrail.extras import check_extras
+from synrail.inputs import InputReport, check_inputs, input_report, texture_quarantine
 from synrail.lock import build_lock
 from synrail.pipeline import BackgroundRecord, ChunkRecord, GalleryRecord, chunk_ranges, procedural_classes
-from synrail.video_stage import VideoBackgrounds, source_videos, video_split_plan
+from synrail.video_stage import VideoBackgrounds, assign_video_splits, source_videos
 from synrail.store import Store
 from tasks import build as t
 
@@ -39,6 +40,7 @@ def build_dataset(config: BuildConfig, out_url: str, overwrite: bool = False,
 
 
 def _build_into(config: BuildConfig, out: Store, overwrite: bool, show_progress: bool) -> ExportSummary:
+    check_extras(config)  # before any work: names the config key and the pip command
     claim_output(out, config, overwrite)
     cache_url = build_cache_url(config, out)
     # both stages are submitted before either is awaited: no worker idles through one stage's last tasks
@@ -46,7 +48,7 @@ def _build_into(config: BuildConfig, out: Store, overwrite: bool, show_progress:
     collect_gallery = submit_gallery(config, cache_url)
     background_records, videos = collect_backgrounds()
     gallery_records, sources = collect_gallery()
-    report = input_report(videos, sources)
+    report = input_report(videos, sources, texture_quarantine(config))
     check_inputs(config, background_records, gallery_records, report)
     plan = [(first, stop, None) for first, stop in chunk_ranges(config.num_images, config.execution.chunk_size)]
     chunk_records = compose_chunks(config, plan, background_records, gallery_records, cache_url, out, show_progress)
@@ -92,12 +94,12 @@ def submit_backgrounds(config: BuildConfig, cache_url: str
                            unmapped(cache_url))
         return lambda: (t.as_records(BackgroundRecord, [r for group in futures.result() for r in group]), [])
     refs = source_videos(config)
-    plan = video_split_plan(config, refs)
     task = t.cached(t.prepare_video, "video", cache_url)
-    video_futures = task.map(unmapped(config), refs, [plan[r.name] for r in refs], unmapped(cache_url))
+    # splits are decided once the videos are read (assign_video_splits), over those that yielded frames
+    video_futures = task.map(unmapped(config), refs, unmapped(None), unmapped(cache_url))
 
     def collect() -> tuple[list[BackgroundRecord], list[VideoBackgrounds]]:
-        videos = t.as_records(VideoBackgrounds, video_futures.result())
+        videos = assign_video_splits(config, t.as_records(VideoBackgrounds, video_futures.result()))
         return [record for video in videos for record in video.records], videos
     return collect
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from synrail.config import (BuildConfig, CocoSource, DiffusionSource, PennFudanSource, RgbaFolderSource,
                             RockFolderSource)
+from synrail.errors import InputError
 from synrail.pipeline import STREAM_GALLERY, GalleryRecord, Record, rng_for
 from synrail.segment.cache import MaskCache
 from synrail.segment.loader import load_segmenter
@@ -23,6 +24,7 @@ from synrail.sources.frame_filters import UltralyticsDetector
 from synrail.sources.gallery_sources import (ObstacleCandidate, Skipped, read_coco_instances, read_pennfudan,
                                              read_rgba_folder, read_rock_folders)
 from synrail.sources.procedural_obstacles import SIZE_PRIORS_M
+from synrail.sources.video_backgrounds import QuarantineRecord
 from synrail.store import Store
 
 STREAM_DIFFUSION_PROMPTS = 5
@@ -38,6 +40,16 @@ class SkipRow(Record):
 class GallerySourceResult(Record):
     records: list[GalleryRecord]
     skipped: list[SkipRow]
+    quarantine: list[QuarantineRecord] = []  # image and mask files that cannot be decoded safely
+
+
+def quarantined_files(skipped: list[Skipped]) -> list[QuarantineRecord]:
+    """One row per file that could not be read safely (a file may have skipped several instances)."""
+    seen: dict[str, str] = {}
+    for row in skipped:
+        if row.url is not None:
+            seen.setdefault(row.url, row.reason)
+    return [QuarantineRecord(url=url, reason=reason) for url, reason in seen.items()]
 
 
 def _first(candidates: list[ObstacleCandidate], limit: int | None) -> list[ObstacleCandidate]:
@@ -46,23 +58,25 @@ def _first(candidates: list[ObstacleCandidate], limit: int | None) -> list[Obsta
     return ordered if limit is None else ordered[:limit]
 
 
-def dataset_candidates(source: RealSource) -> tuple[list[ObstacleCandidate], list[Skipped]]:
-    """Candidates of a dataset source in its real on-disk layout."""
+def dataset_candidates(source: RealSource, max_pixels: int) -> tuple[list[ObstacleCandidate], list[Skipped]]:
+    """Candidates of a dataset source in its real on-disk layout; images over ``max_pixels`` (declared)
+    are skipped unread."""
     if isinstance(source, CocoSource):
         found, skipped = read_coco_instances(source.annotations, source.images, source.class_map,
                                              min_area_px=source.min_area_px, max_overlap=source.max_overlap,
                                              source_name=source.name)
         return _first(found, source.max_items), skipped
     if isinstance(source, PennFudanSource):
-        found, skipped = read_pennfudan(source.root)
+        found, skipped = read_pennfudan(source.root, max_pixels=max_pixels)
         return _first(found, source.max_items), skipped
     if isinstance(source, RockFolderSource):
         detector = (UltralyticsDetector(source.detector_weights, classes_to_reject=source.detector_classes)
                     if source.detector_weights else None)
-        found, skipped = read_rock_folders(source.root, class_name=source.class_name, detector=detector)
+        found, skipped = read_rock_folders(source.root, class_name=source.class_name, detector=detector,
+                                           max_pixels=max_pixels)
         return _first(found, source.max_items), skipped
     if isinstance(source, RgbaFolderSource):
-        return read_rgba_folder(source.root, source.class_name, source.height_m)
+        return read_rgba_folder(source.root, source.class_name, source.height_m, max_pixels=max_pixels)
     raise TypeError(f"not a dataset source: {source.type}")
 
 
@@ -96,18 +110,23 @@ def gallery_record(cfg: BuildConfig, cutout: ExtractedCutout) -> GalleryRecord:
 def prepare_gallery_source(cfg: BuildConfig, source_index: int, cache: Store) -> GallerySourceResult:
     """Cut out every usable obstacle of ``cfg.gallery.sources[source_index]``."""
     source = cfg.gallery.sources[source_index]
+    max_pixels = cfg.inputs.max_image_pixels
     if isinstance(source, DiffusionSource):
         candidates, skipped = diffusion_candidates(cfg, source, cache), []
     else:
-        candidates, skipped = dataset_candidates(source)
+        try:
+            candidates, skipped = dataset_candidates(source, max_pixels)
+        except ValueError as exc:  # the whole source is unusable: a missing folder, a malformed annotation file
+            raise InputError(f"gallery.sources[{source_index}] ({source.type}): {exc}") from exc
     seg = cfg.segment
     segmenter = load_segmenter(seg.backend, seg.checkpoint, seg.model_type, seg.device)
-    cutouts, rejected = extract_cutouts(candidates, segmenter, MaskCache(cache), cache,
-                                        min_score=seg.min_score, min_area_px=seg.min_area_px)
+    cutouts, rejected = extract_cutouts(candidates, segmenter, MaskCache(cache), cache, min_score=seg.min_score,
+                                        min_area_px=seg.min_area_px, max_pixels=max_pixels)
+    every_skip = [*skipped, *rejected]
     return GallerySourceResult(
         records=[gallery_record(cfg, c) for c in cutouts],
-        skipped=[SkipRow(source=source.type, instance_key=s.instance_key, reason=s.reason)
-                 for s in [*skipped, *rejected]])
+        skipped=[SkipRow(source=source.type, instance_key=s.instance_key, reason=s.reason) for s in every_skip],
+        quarantine=quarantined_files(every_skip))
 
 
 def needs_gpu(cfg: BuildConfig, source_index: int) -> bool:

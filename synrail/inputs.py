@@ -7,14 +7,15 @@ from collections.abc import Sequence
 
 
 from synrail.config import BuildConfig
+from synrail.errors import InputError
 from synrail.gallery import GallerySourceResult, SkipRow
 from synrail.pipeline import BackgroundRecord, GalleryRecord, Record
+from synrail.sources.gallery_sources import unsafe_textures
 from synrail.sources.video_backgrounds import QuarantineRecord
 from synrail.video_stage import UnusedFrame, VideoBackgrounds
 
 
-class InputError(ValueError):
-    """The inputs cannot make this dataset (a split without backgrounds, a class without cutouts)."""
+__all__ = ["InputError", "InputReport", "check_inputs", "input_report"]
 
 
 class InputReport(Record):
@@ -25,10 +26,23 @@ class InputReport(Record):
     notes: list[str] = []
 
 
-def input_report(videos: Sequence[VideoBackgrounds], sources: Sequence[GallerySourceResult]) -> InputReport:
+def texture_quarantine(cfg: BuildConfig) -> list[QuarantineRecord]:
+    """The DTD texture files (``gallery.dtd_root``) that cannot be decoded safely, from their headers;
+    the texture loader passes over them. Empty without DTD or when random textures are off."""
+    if not cfg.gallery.dtd_root or not cfg.gallery.random_texture or "unseen_obstacle" not in cfg.classes:
+        return []
+    skipped = unsafe_textures(cfg.gallery.dtd_root, cfg.inputs.max_image_pixels)
+    return [QuarantineRecord(url=s.url, reason=s.reason) for s in skipped if s.url is not None]
+
+
+def input_report(videos: Sequence[VideoBackgrounds], sources: Sequence[GallerySourceResult],
+                 textures: Sequence[QuarantineRecord] = ()) -> InputReport:
+    """Everything left out, and why: quarantined files (videos, images, masks, ``textures``), unused
+    frames, skipped obstacle candidates."""
     return InputReport(
         videos=[v.video for v in videos],
-        quarantine=[v.quarantine for v in videos if v.quarantine is not None],
+        quarantine=[*(v.quarantine for v in videos if v.quarantine is not None),
+                    *(q for r in sources for q in r.quarantine), *textures],
         unused_frames=[f for v in videos for f in v.unused],
         skipped_obstacles=[s for r in sources for s in r.skipped],
         notes=sorted({note for v in videos for note in v.notes}))
@@ -39,7 +53,7 @@ def check_inputs(cfg: BuildConfig, backgrounds: Sequence[BackgroundRecord], gall
     for split, share in cfg.splits.fractions().items():
         if share > 0 and not any(b.split == split for b in backgrounds):
             raise InputError(f"no usable background for split {split!r} ({len(backgrounds)} in all; "
-                             f"{len(report.quarantine)} videos quarantined, {len(report.unused_frames)} frames "
+                             f"{len(report.quarantine)} files quarantined, {len(report.unused_frames)} frames "
                              "unused): add videos or loosen backgrounds.video.sampling.filters")
     missing = [c for c in cfg.classes if not any(g.class_name == c for g in gallery)]
     if missing:

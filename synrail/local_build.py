@@ -10,11 +10,12 @@ from synrail import pipeline
 from synrail.config import BuildConfig, ProceduralSource
 from synrail.export.dataset import ExportSummary, export_dataset
 from synrail.gallery import prepare_gallery_source
-from synrail.inputs import InputReport, check_inputs, input_report
+from synrail.extras import check_extras
+from synrail.inputs import InputReport, check_inputs, input_report, texture_quarantine
 from synrail.lock import build_lock
 from synrail.output import cache_url, claim_output
 from synrail.store import Store
-from synrail.video_stage import prepare_video_backgrounds, source_videos, video_split_plan
+from synrail.video_stage import assign_video_splits, prepare_video_backgrounds, source_videos
 
 
 def gather_inputs(cfg: BuildConfig, cache: Store) -> tuple[list[pipeline.BackgroundRecord],
@@ -25,8 +26,7 @@ def gather_inputs(cfg: BuildConfig, cache: Store) -> tuple[list[pipeline.Backgro
         backgrounds = [pipeline.prepare_background(cfg, i, cache) for i in range(cfg.backgrounds.count)]
     else:
         refs = source_videos(cfg)
-        plan = video_split_plan(cfg, refs)
-        videos = [prepare_video_backgrounds(cfg, ref, plan[ref.name], cache) for ref in refs]
+        videos = assign_video_splits(cfg, [prepare_video_backgrounds(cfg, ref, None, cache) for ref in refs])
         backgrounds = [record for video in videos for record in video.records]
     gallery, sources = [], []
     for index, source in enumerate(cfg.gallery.sources):
@@ -36,7 +36,7 @@ def gather_inputs(cfg: BuildConfig, cache: Store) -> tuple[list[pipeline.Backgro
         else:
             sources.append(prepare_gallery_source(cfg, index, cache))
             gallery += sources[-1].records
-    report = input_report(videos, sources)
+    report = input_report(videos, sources, texture_quarantine(cfg))
     check_inputs(cfg, backgrounds, gallery, report)
     return backgrounds, gallery, report
 
@@ -48,6 +48,7 @@ def build_in_process(cfg: BuildConfig, out_url: str, overwrite: bool = False) ->
 
 
 def _build_into(cfg: BuildConfig, out: Store, overwrite: bool) -> ExportSummary:
+    check_extras(cfg)  # before any work: names the config key and the pip command
     claim_output(out, cfg, overwrite)
     cache = Store(cache_url(cfg, out))
     backgrounds, gallery, report = gather_inputs(cfg, cache)

@@ -198,8 +198,8 @@ def prepare_background(cfg: BuildConfig, index: int, cache: Store) -> Background
 
 # -- stage 2: obstacle gallery -------------------------------------------------------------------
 @functools.lru_cache(maxsize=4)
-def _dtd_textures(root: str) -> Callable[[np.random.Generator], np.ndarray]:
-    return dtd_texture_loader(read_dtd_textures(root))
+def _dtd_textures(root: str, max_pixels: int) -> Callable[[np.random.Generator], np.ndarray]:
+    return dtd_texture_loader(read_dtd_textures(root), max_pixels=max_pixels)
 
 
 def prepare_gallery_item(cfg: BuildConfig, class_name: str, index: int, cache: Store) -> GalleryRecord:
@@ -210,7 +210,7 @@ def prepare_gallery_item(cfg: BuildConfig, class_name: str, index: int, cache: S
     if class_name == "unseen_obstacle" and not cfg.gallery.random_texture:  # ablation: one flat colour
         texture = np.full((8, 8, 3), rng.integers(40, 220, 3), dtype=np.uint8)
     elif class_name == "unseen_obstacle" and cfg.gallery.dtd_root:  # the paper's DTD-filled random polygons
-        texture = _dtd_textures(cfg.gallery.dtd_root)(rng)
+        texture = _dtd_textures(cfg.gallery.dtd_root, cfg.inputs.max_image_pixels)(rng)
     cutout = render_cutout(class_name, rng, pixel_height=cfg.gallery.render_height_px, texture=texture)
     png = encode_image(cutout.rgba, ".png")
     sha = sha256_bytes(png)

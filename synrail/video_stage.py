@@ -8,11 +8,13 @@ read becomes a quarantine row. Neither stops the build.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import cv2
 import numpy as np
 
 from synrail.config import BuildConfig
+from synrail.errors import InputError
 from synrail.export.coco import encode_rle
 from synrail.pipeline import (SPLITS, STREAM_SPLIT, BackgroundRecord, Record, decode_image, encode_image, rng_for,
                               split_counts)
@@ -66,19 +68,36 @@ def fit_frame(image: np.ndarray, width: int, height: int) -> np.ndarray:
 
 
 def source_videos(cfg: BuildConfig) -> list[VideoRef]:
-    return list_videos(cfg.backgrounds.video.url)
+    """Every video under ``backgrounds.video.url``; InputError when the folder or prefix is missing."""
+    try:
+        return list_videos(cfg.backgrounds.video.url)
+    except FileNotFoundError as exc:
+        raise InputError(f"backgrounds.video.url: {exc}") from None
 
 
-def video_split_plan(cfg: BuildConfig, videos: list[VideoRef]) -> dict[str, str | None]:
-    """Video name -> its split, so no video feeds two splits. With fewer videos than splits in use,
-    every video is cut into time blocks instead (None), at the price of neighbouring frames."""
-    fractions = cfg.splits.fractions()
-    if len(videos) < sum(1 for f in fractions.values() if f > 0):
-        return {v.name: None for v in videos}
-    counts = split_counts(len(videos), fractions)
-    splits = [s for s in SPLITS for _ in range(counts[s])]
-    order = rng_for(cfg.seed, STREAM_SPLIT, 100).permutation(len(videos))
-    return {videos[i].name: splits[k] for k, i in enumerate(order)}
+def assign_video_splits(cfg: BuildConfig, videos: Sequence[VideoBackgrounds]) -> list[VideoBackgrounds]:
+    """``videos`` with every background in its split, decided over the videos that yielded backgrounds
+    (after reading, so a corrupt or trackless video never leaves a split empty while a good one exists).
+
+    With at least as many such videos as splits in use, each video feeds one split (counts by largest
+    remainder, every split in use at least one, shuffled by seed, videos in name order); with fewer,
+    each video is cut into time blocks, one per split, at the price of neighbouring frames.
+    """
+    productive = sorted((v.video for v in videos if v.records))
+    used = sum(1 for share in cfg.splits.fractions().values() if share > 0)
+    plan: dict[str, str | None] = dict.fromkeys(productive)
+    if productive and len(productive) >= used:
+        counts = split_counts(len(productive), cfg.splits.fractions())
+        splits = [s for s in SPLITS for _ in range(counts[s])]
+        order = rng_for(cfg.seed, STREAM_SPLIT, 100).permutation(len(productive))
+        plan = {productive[i]: splits[k] for k, i in enumerate(order)}
+    return [v.model_copy(update={"records": _in_split(v.records, plan.get(v.video), cfg)}) for v in videos]
+
+
+def _in_split(records: list[BackgroundRecord], split: str | None, cfg: BuildConfig) -> list[BackgroundRecord]:
+    """The records (in frame order) in ``split``, or in time blocks of the video when None."""
+    return [r.model_copy(update={"split": split or _time_block_split(k / len(records), cfg)})
+            for k, r in enumerate(records)]
 
 
 def _time_block_split(position: float, cfg: BuildConfig) -> str:
@@ -111,9 +130,10 @@ def _track_mask(image: np.ndarray, cfg: BuildConfig, detection_mask: np.ndarray,
 
 
 def prepare_video_backgrounds(cfg: BuildConfig, video: VideoRef, split: str | None, cache: Store) -> VideoBackgrounds:
-    """All usable backgrounds of one video."""
+    """All usable backgrounds of one video, in ``split``; with None, in time blocks of the video (a full
+    build passes None and then decides with :func:`assign_video_splits`)."""
     video_cfg = cfg.backgrounds.video
-    extraction = extract_video_backgrounds(video, video_cfg.sampling, cache)
+    extraction = extract_video_backgrounds(video, video_cfg.sampling, cache, max_pixels=cfg.inputs.max_image_pixels)
     unused = [UnusedFrame(video=video.name, frame_index=r.frame_index, reason=r.reason) for r in extraction.rejected]
     records = []
     for k, frame in enumerate(extraction.frames):

@@ -35,9 +35,9 @@ from synrail.version import code_version
 # elsewhere (ablation variants, say) share its cached results. Compose and export read everything.
 STAGE_SECTIONS = {
     "background": ("seed", "image", "splits", "backgrounds"),
-    "video": ("seed", "image", "splits", "backgrounds", "segment"),
-    "obstacles": ("seed", "classes", "gallery"),
-    "gallery-source": ("seed", "classes", "gallery", "segment"),
+    "video": ("seed", "image", "splits", "backgrounds", "segment", "inputs"),
+    "obstacles": ("seed", "classes", "gallery", "inputs"),
+    "gallery-source": ("seed", "classes", "gallery", "segment", "inputs"),
 }
 
 

@@ -24,6 +24,7 @@ import fsspec
 import numpy as np
 import pyarrow.parquet as pq
 
+from synrail.sources.image_safety import DEFAULT_MAX_IMAGE_PIXELS, frame_size_problem
 from synrail.store import LOCAL_PROTOCOLS
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov")
@@ -192,8 +193,9 @@ class FrameStream(Iterator[SampledFrame]):
     before the frame count in the container header promised (``frames_expected`` vs ``frames_decoded``)."""
 
     def __init__(self, video: VideoRef, fps: float | None, stride: int | None, max_frames: int | None,
-                 storage_options: dict | None) -> None:
+                 storage_options: dict | None, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> None:
         self.video = video
+        self.max_pixels = max_pixels
         self.fps, self.stride, self.max_frames = fps, stride, max_frames
         self.native_fps: float | None = None
         self.frame_count: int | None = None  # from the container; None when it does not say
@@ -224,6 +226,11 @@ class FrameStream(Iterator[SampledFrame]):
             capture.release()
             raise VideoError(self.video.url, "the stream has no frame rate")
         self.native_fps = native_fps
+        problem = frame_size_problem(int(capture.get(cv2.CAP_PROP_FRAME_WIDTH)),
+                                     int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT)), self.max_pixels)
+        if problem is not None:  # checked from the container before any frame is decoded
+            capture.release()
+            raise VideoError(self.video.url, f"frames: {problem}")
         count = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
         self.frame_count = count if count > 0 else None
         return capture
@@ -270,11 +277,13 @@ class FrameStream(Iterator[SampledFrame]):
 
 
 def sample_frames(video: VideoRef, *, fps: float | None = None, stride: int | None = None,
-                  max_frames: int | None = None, storage_options: dict | None = None) -> FrameStream:
+                  max_frames: int | None = None, storage_options: dict | None = None,
+                  max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> FrameStream:
     """Frames of ``video`` at ``fps`` per second of video or every ``stride``-th frame (exactly one).
 
     Nothing is opened until the first frame is asked for; a video that cannot be used raises
-    VideoError then. A stream that breaks off after some frames just ends (see FrameStream.truncated).
+    VideoError then, as does one whose frames declare more than ``max_pixels``. A stream that breaks
+    off after some frames just ends (see FrameStream.truncated).
     """
     if (fps is None) == (stride is None):
         raise ValueError("give exactly one of fps and stride")
@@ -284,4 +293,4 @@ def sample_frames(video: VideoRef, *, fps: float | None = None, stride: int | No
         raise ValueError(f"stride must be at least 1, got {stride}")
     if max_frames is not None and max_frames < 1:
         raise ValueError(f"max_frames must be at least 1, got {max_frames}")
-    return FrameStream(video, fps, stride, max_frames, storage_options)
+    return FrameStream(video, fps, stride, max_frames, storage_options, max_pixels)
