@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flows.prefect_env import configure_command_line
@@ -85,7 +86,7 @@ def _class_table(summary) -> Table:
 
 def _error(err: BaseException) -> int:
     """One message for bad input; exit code 2."""
-    console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+    console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)  # [sam] is no markup
     return 2
 
 
@@ -120,7 +121,7 @@ def build_command(args: argparse.Namespace) -> int:
     except INPUT_ERRORS as err:  # the inputs cannot make this dataset; or another build took the output
         return _error(err)
     except Exception as err:  # the flow run's own log has the traceback (on the console with --verbose)
-        console.print(f"[red]build failed:[/red] {type(err).__name__}: {err}", highlight=False)
+        console.print(f"[red]build failed:[/red] {type(err).__name__}: {escape(str(err))}", highlight=False)
         return 1
     seconds = time.perf_counter() - started
     console.print(_summary_table(summary))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table as RichTable
 
 from flows.prefect_env import configure_command_line
@@ -70,7 +71,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _error(message: str) -> int:
-    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)  # [train] is no markup
     return 2
 
 

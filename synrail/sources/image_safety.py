@@ -12,6 +12,7 @@ which the callers turn into quarantine rows; nothing here raises for a bad file.
 from __future__ import annotations
 
 import io
+import re
 import warnings
 from typing import BinaryIO
 
@@ -22,26 +23,43 @@ from PIL import Image, UnidentifiedImageError
 DEFAULT_MAX_IMAGE_PIXELS = 100_000_000  # 100 MP: far above any photo or frame this pipeline reads
 
 
+class _OverPillowLimit(Exception):
+    def __init__(self, pixels: int | None, message: str) -> None:
+        super().__init__(message)
+        self.pixels = pixels
+
+
 def declared_size(source: bytes | BinaryIO) -> tuple[int, int] | str:
     """(width, height) from the image header (bytes, or a file opened for reading), without decoding
-    the pixels; else why not.
+    the pixels; else why not."""
+    try:
+        return _header_size(source)
+    except _OverPillowLimit as exc:
+        return f"decompression bomb: {exc}"
 
-    Pillow refuses headers above twice its own ``Image.MAX_IMAGE_PIXELS`` (about 179 MP) as a
-    decompression bomb: that limit then applies whatever ``inputs.max_image_pixels`` says.
-    """
+
+def _header_size(source: bytes | BinaryIO) -> tuple[int, int] | str:
+    """The declared size, or why it cannot be had; _OverPillowLimit when Pillow itself refuses the
+    header: it does so above twice its ``Image.MAX_IMAGE_PIXELS`` (about 179 MP), and then gives only
+    the pixel count."""
     if isinstance(source, bytes):
         if not source:
             return "empty file"
         source = io.BytesIO(source)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # our own limit applies below
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # our own limit applies
         try:
-            with Image.open(source) as image:
+            with Image.open(source) as image:  # parses the header only
                 return image.size
         except Image.DecompressionBombError as exc:
-            return f"decompression bomb: {exc}"
+            found = re.search(r"\((\d+) pixels\)", str(exc))
+            raise _OverPillowLimit(int(found.group(1)) if found else None, str(exc)) from None
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError):  # SyntaxError: Pillow's parse errors
             return "not a decodable image"
+
+
+def _over_limit(what: str, pixels: int, max_pixels: int) -> str:
+    return f"declares {what} = {pixels / 1e6:.0f} MP, over inputs.max_image_pixels ({max_pixels / 1e6:g} MP)"
 
 
 def size_problem(size: tuple[int, int], max_pixels: int) -> str | None:
@@ -50,14 +68,18 @@ def size_problem(size: tuple[int, int], max_pixels: int) -> str | None:
     if width <= 0 or height <= 0:
         return f"declares an empty size {width}x{height}"
     if width * height > max_pixels:
-        return (f"declares {width}x{height} = {width * height / 1e6:.0f} MP, over inputs.max_image_pixels "
-                f"({max_pixels / 1e6:g} MP)")
+        return _over_limit(f"{width}x{height}", width * height, max_pixels)
     return None
 
 
 def header_problem(source: bytes | BinaryIO, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> str | None:
     """Why the image cannot be decoded safely, judged from its header alone; None when it can."""
-    size = declared_size(source)
+    try:
+        size = _header_size(source)
+    except _OverPillowLimit as exc:
+        if exc.pixels is not None and exc.pixels > max_pixels:
+            return _over_limit(f"{exc.pixels} pixels", exc.pixels, max_pixels)
+        return f"decompression bomb (over Pillow's limit, which applies above inputs.max_image_pixels): {exc}"
     return size if isinstance(size, str) else size_problem(size, max_pixels)
 
 
