@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from flows.prefect_env import wait_for_task_runs_recorded
 from flows.runners import task_runner_for
 from synrail.config import BuildConfig, ProceduralSource
+from synrail.extras import check_extras
 from synrail.records import (
     BackgroundRecord,
     ChunkRecord,
@@ -32,8 +33,8 @@ from synrail.records import (
 from synrail.stages.compose import chunk_ranges
 from synrail.stages.export import ExportSummary
 from synrail.stages.gallery import needs_gpu, procedural_classes
-from synrail.stages.inputs import check_inputs, input_report
-from synrail.stages.splits import video_split_plan
+from synrail.stages.inputs import check_inputs, input_report, texture_quarantine
+from synrail.stages.splits import assign_video_splits
 from synrail.stages.videos import source_videos
 from synrail.storage.lock import build_lock
 from synrail.storage.output import cache_url as build_cache_url
@@ -52,6 +53,7 @@ def build_dataset(config: BuildConfig, out_url: str, overwrite: bool = False,
 
 
 def _build_into(config: BuildConfig, out: Store, overwrite: bool, show_progress: bool) -> ExportSummary:
+    check_extras(config)  # before any work: names the config key and the pip command
     claim_output(out, config, overwrite)
     cache_url = build_cache_url(config, out)
     # both stages are submitted before either is awaited: no worker idles through one stage's last tasks
@@ -59,7 +61,7 @@ def _build_into(config: BuildConfig, out: Store, overwrite: bool, show_progress:
     collect_gallery = submit_gallery(config, cache_url)
     background_records, videos = collect_backgrounds()
     gallery_records, sources = collect_gallery()
-    report = input_report(videos, sources)
+    report = input_report(videos, sources, texture_quarantine(config))
     check_inputs(config, background_records, gallery_records, report)
     plan = [(first, stop, None) for first, stop in chunk_ranges(config.num_images, config.execution.chunk_size)]
     chunk_records = compose_chunks(config, plan, background_records, gallery_records, cache_url, out, show_progress)
@@ -105,12 +107,12 @@ def submit_backgrounds(config: BuildConfig, cache_url: str
                            unmapped(cache_url))
         return lambda: (t.as_records(BackgroundRecord, [r for group in futures.result() for r in group]), [])
     refs = source_videos(config)
-    plan = video_split_plan(config, refs)
     task = t.cached(t.prepare_video, "video", cache_url)
-    video_futures = task.map(unmapped(config), refs, [plan[r.name] for r in refs], unmapped(cache_url))
+    # splits are decided once the videos are read (assign_video_splits), over those that yielded frames
+    video_futures = task.map(unmapped(config), refs, unmapped(None), unmapped(cache_url))
 
     def collect() -> tuple[list[BackgroundRecord], list[VideoBackgrounds]]:
-        videos = t.as_records(VideoBackgrounds, video_futures.result())
+        videos = assign_video_splits(config, t.as_records(VideoBackgrounds, video_futures.result()))
         return [record for video in videos for record in video.records], videos
     return collect
 

@@ -1,6 +1,8 @@
 """``synrail`` command line. It lives beside the flows it runs, so that ``synrail/`` stays Prefect-free.
 
-Exit codes: 0 done, 1 the build failed, 2 bad input (config, output folder, arguments).
+Exit codes: 0 done, 1 the build failed, 2 bad input (config, output folder, arguments, input data
+that cannot make the dataset, an extra the config needs that is not installed). Bad input prints one
+message; a traceback only with ``--verbose``.
 """
 
 from __future__ import annotations
@@ -11,16 +13,21 @@ import time
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from flows.prefect_env import configure_prefect_environment
+from flows.prefect_env import configure_command_line
 from flows.train_cli import add_commands as add_train_commands
 from synrail.config import BuildConfig, ConfigError, load_config, parse_override
+from synrail.errors import InputError
+from synrail.extras import check_extras
 from synrail.storage.lock import OutputLocked, build_lock
 from synrail.storage.output import OutputConflict, claim_output
 from synrail.storage.store import Store, StoreError
 
 console = Console(stderr=True)
+# What a run can raise that is the user's to fix (exit 2, one message); anything else is a failure (exit 1).
+INPUT_ERRORS = (ConfigError, InputError, OutputConflict, OutputLocked)
 
 
 def _add_build_options(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_build_options(commands.add_parser("ablation", help="build the paper's Table 7 variants of a config "
                                                             "into OUT/<variant>, sharing caches"))
     validate = commands.add_parser("validate", help="check an exported dataset against the export contract")
-    validate.add_argument("--out", required=True, help="the dataset folder")
+    validate.add_argument("--out", required=True, help="the dataset folder or URL (file://, s3://)")
     add_train_commands(commands)  # train, evaluate: each sets its own handler
     return parser
 
@@ -77,15 +84,22 @@ def _class_table(summary) -> Table:
     return table
 
 
+def _error(err: BaseException) -> int:
+    """One message for bad input; exit code 2."""
+    console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)  # [sam] is no markup
+    return 2
+
+
 def _config_for(args: argparse.Namespace) -> BuildConfig | None:
-    """The build's config, or None once the reason is printed; then Prefect's local defaults, which
-    must be set before any flow module imports Prefect."""
+    """The build's config, checked for the extras it needs, or None once the reason is printed; then
+    Prefect's local defaults, which must be set before any flow module imports Prefect."""
     try:
         config = load_config(args.config, _overrides(args))
+        check_extras(config)  # before any work: a missing extra names the key and the pip command
     except ConfigError as err:
-        console.print(f"[red]error:[/red] {err}", highlight=False)
+        _error(err)
         return None
-    configure_prefect_environment(verbose=args.verbose)
+    configure_command_line(verbose=args.verbose)
     return config
 
 
@@ -101,15 +115,13 @@ def build_command(args: argparse.Namespace) -> int:
         with build_lock(out, owner="synrail build"):  # refuse early, before any flow run starts
             claim_output(out, config, args.overwrite)
     except (OutputConflict, OutputLocked, StoreError) as err:
-        console.print(f"[red]error:[/red] {err}", highlight=False)
-        return 2
+        return _error(err)
     try:
         summary = build_with_runner(config, args.out, show_progress=not args.no_progress and console.is_terminal)
-    except OutputLocked as err:  # another build started between our check and the flow run
-        console.print(f"[red]error:[/red] {err}", highlight=False)
-        return 2
-    except Exception as err:  # the flow run's own log has the traceback
-        console.print(f"[red]build failed:[/red] {type(err).__name__}: {err}", highlight=False)
+    except INPUT_ERRORS as err:  # the inputs cannot make this dataset; or another build took the output
+        return _error(err)
+    except Exception as err:  # the flow run's own log has the traceback (on the console with --verbose)
+        console.print(f"[red]build failed:[/red] {type(err).__name__}: {escape(str(err))}", highlight=False)
         return 1
     seconds = time.perf_counter() - started
     console.print(_summary_table(summary))
@@ -124,9 +136,8 @@ def validate_command(args: argparse.Namespace) -> int:
 
     try:
         problems = validate_dataset(args.out)
-    except (OSError, ValueError) as err:
-        console.print(f"[red]error:[/red] {args.out} is not a readable SynRail export: {err}", highlight=False)
-        return 2
+    except (OSError, ValueError, KeyError) as err:
+        return _error(f"{args.out} is not a readable SynRail export: {err}")
     for problem in problems:
         console.print(problem, highlight=False, soft_wrap=True)
     console.print(f"{len(problems)} problem(s) in {args.out}", highlight=False)
@@ -141,9 +152,8 @@ def ablation_command(args: argparse.Namespace) -> int:
 
     try:
         summaries = build_ablation(config, args.out, args.overwrite)
-    except (OutputConflict, StoreError) as err:
-        console.print(f"[red]error:[/red] {err}", highlight=False)
-        return 2
+    except (*INPUT_ERRORS, StoreError) as err:
+        return _error(err)
     for name, summary in summaries.items():
         console.print(f"{name}: {sum(summary.images_per_split.values())} images at {summary.out_url}",
                       highlight=False, soft_wrap=True)
@@ -157,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command in COMMANDS:
         return COMMANDS[args.command](args)
-    configure_prefect_environment(verbose=False)
+    configure_command_line(verbose=getattr(args, "verbose", False))
     return args.handler(args)
 
 

@@ -41,6 +41,17 @@ def configure_prefect_environment(verbose: bool = False) -> None:
         os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
 
 
+def configure_command_line(verbose: bool) -> None:
+    """Console settings of the ``synrail`` commands, which print their own summary and error line:
+    without ``--verbose`` Prefect's console shows nothing below CRITICAL (a failed flow run's traceback
+    stays in its run log, in the UI) and FFmpeg's own log lines (``moov atom not found`` for a corrupt
+    video, which becomes a quarantine row) are off. Call before ``import prefect``; user settings win."""
+    if not verbose:
+        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
+        os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # AV_LOG_QUIET; read when FFmpeg is first used
+    configure_prefect_environment(verbose)
+
+
 def wait_for_task_runs_recorded(flow_run_id: UUID, expected: int, timeout_s: float = 60.0) -> int:
     """Block until the server has recorded ``expected`` finished task runs of a flow run.
 

@@ -20,9 +20,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table as RichTable
 
-from flows.prefect_env import configure_prefect_environment
+from flows.prefect_env import configure_command_line
+from synrail.extras import MissingExtra, require_extra
 from synrail.train.detector import TrainConfig
 from synrail.train.evaluate import (
     EvalReport,
@@ -76,7 +78,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _error(message: str) -> int:
-    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)  # [train] is no markup
     return 2
 
 
@@ -104,6 +106,10 @@ def _metrics_view(report: EvalReport, title: str) -> RichTable:
 
 
 def train_command(args: argparse.Namespace) -> int:
+    try:
+        require_extra("train", "synrail train")
+    except MissingExtra as err:
+        return _error(str(err))
     if not Path(args.data).is_file():
         return _error(f"data.yaml {args.data} does not exist")
     if problem := _missing_file(clips=args.clips):
@@ -114,7 +120,7 @@ def train_command(args: argparse.Namespace) -> int:
                           pretrained=args.pretrained)
     except ValidationError as err:
         return _error(_validation_message(err))
-    configure_prefect_environment(verbose=args.verbose)
+    configure_command_line(verbose=args.verbose)
     from flows.prefect_env import wait_for_task_runs_recorded
     from flows.train_evaluate import expected_task_runs, train_and_evaluate  # Prefect reads settings on import
 
@@ -150,6 +156,11 @@ def _evaluate_input_problem(args: argparse.Namespace) -> str | None:
         return f"data.yaml {args.data} does not exist"
     if args.clips and not args.weights:
         return "--clips needs --weights"
+    if args.weights:
+        try:
+            require_extra("train", "--weights (an Ultralytics model)")
+        except MissingExtra as err:
+            return str(err)
     return _missing_file(gt=args.gt, weights=args.weights, predictions=args.predictions, clips=args.clips)
 
 

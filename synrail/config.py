@@ -14,6 +14,7 @@ from synrail.compose.quality import QualityConfig
 from synrail.compose.shadows import ShadowConfig
 from synrail.compose.weather_config import WeatherConfig
 from synrail.sources.diffusion import DiffusionConfig, DiffusionPromptConfig
+from synrail.sources.image_safety import DEFAULT_MAX_IMAGE_PIXELS
 from synrail.sources.procedural_obstacles import OBSTACLE_KINDS
 from synrail.sources.video_backgrounds import VideoSourceConfig
 
@@ -291,6 +292,14 @@ class ExecutionConfig(Section):
         return self
 
 
+class InputsConfig(Section):
+    """How input files are read: gallery images, masks, textures and video frames."""
+
+    max_image_pixels: int = Field(default=DEFAULT_MAX_IMAGE_PIXELS, ge=1, description=(
+        "largest width x height an input image or video frame may declare; checked from the header "
+        "before decoding, so a decompression bomb becomes a quarantine row instead of stopping the build"))
+
+
 class IngestConfig(Section):
     """Incremental versions (``synrail.versions``): what each newly landed video adds."""
 
@@ -310,6 +319,7 @@ class BuildConfig(Section):
     compose: ComposeConfig = ComposeConfig()
     weather: WeatherConfig = WeatherConfig(mix={"none": 1.0})  # off unless a mix is configured
     quality: QualityConfig | None = None  # composite quality control: off unless configured
+    inputs: InputsConfig = InputsConfig()
     ingest: IngestConfig = IngestConfig()
     execution: ExecutionConfig = ExecutionConfig()
 

@@ -101,6 +101,7 @@ class GallerySourceResult(Record):
 
     records: list[GalleryRecord]
     skipped: list[SkipRow]
+    quarantine: list[QuarantineRecord] = []  # image and mask files that cannot be decoded safely
 
 
 class InputReport(Record):

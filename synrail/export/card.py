@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
 from collections.abc import Sequence
 from importlib import metadata
@@ -69,18 +70,41 @@ def _quality_section(images: Sequence[ImageRow]) -> str:
             + f"\n\n{redrawn} image(s) were redrawn at least once; mean score {sum(scores) / len(scores):.3f}.")
 
 
+_URL_OR_PATH = re.compile(r"""\b[a-z][a-z0-9+.-]*://\S+|(?<![\w.])/[^\s:'"]+""")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def reason_group(reason: str) -> str:
+    """A reason without what differs between files (URLs, paths, numbers), so that one line counts
+    every file left out for the same reason."""
+    text = _NUMBER.sub("N", _URL_OR_PATH.sub("", reason)).replace("''", "").replace('""', "")
+    return re.sub(r"\s+([:,)])", r"\1", re.sub(r"\s{2,}", " ", text)).strip(" :") or reason
+
+
+def left_out_rows(report: Any) -> list[list[Any]]:
+    """(what, reason, count, an example) per reason: quarantined files, unused frames, skipped candidates."""
+    items = ([("file quarantined", q.reason, q.url) for q in report.quarantine]
+             + [("frame not used", f.reason, f"{f.video} frame {f.frame_index}") for f in report.unused_frames]
+             + [("obstacle skipped", s.reason, s.instance_key) for s in report.skipped_obstacles])
+    groups: dict[tuple[str, str], list[str]] = {}
+    for kind, reason, example in items:
+        groups.setdefault((kind, reason_group(reason)), []).append(example)
+    return [[kind, reason, len(examples), f"`{examples[0]}`"]
+            for (kind, reason), examples in sorted(groups.items(), key=lambda kv: (kv[0][0], -len(kv[1]), kv[0][1]))]
+
+
 def _inputs_section(backgrounds: Sequence[dict[str, Any]], report: Any) -> str:
     sources = Counter(b["source"].split(":")[0].split("/")[0] for b in backgrounds)
     lines = ["## Inputs", "", "Backgrounds by source: " + ", ".join(f"{k} {v}" for k, v in sorted(sources.items()))]
     if report is not None:
-        unused = Counter(f.reason.split(":")[0] for f in report.unused_frames)
-        skipped = Counter(s.reason.split(" (")[0] for s in report.skipped_obstacles)
-        lines += [f"- videos quarantined: {len(report.quarantine)}"
-                  + "".join(f"\n  - {q.url}: {q.reason}" for q in report.quarantine),
-                  "- frames not used: " + (", ".join(f"{k} {v}" for k, v in sorted(unused.items())) or "none"),
-                  "- obstacle candidates skipped: "
-                  + (", ".join(f"{k} {v}" for k, v in sorted(skipped.items())) or "none")]
-        lines += [f"- note: {note}" for note in report.notes]
+        rows = left_out_rows(report)
+        lines += ["", f"Inputs left out: {len(report.quarantine)} file(s) quarantined, {len(report.unused_frames)} "
+                  f"frame(s) not used, {len(report.skipped_obstacles)} obstacle candidate(s) skipped; each one, "
+                  "with its reason, is in manifest/quarantine.parquet, manifest/unused_frames.parquet and "
+                  "manifest/skipped_obstacles.parquet."]
+        if rows:
+            lines += ["", _table(["left out", "reason", "count", "example"], rows)]
+        lines += [""] + [f"- note: {note}" for note in report.notes] if report.notes else []
     return "\n".join(lines)
 
 

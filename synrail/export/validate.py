@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
+from pathlib import PurePosixPath
 
 import cv2
 import numpy as np
@@ -11,6 +12,7 @@ import yaml
 from pycocotools import mask as mask_utils
 
 from synrail.export.yolo import yolo_line
+from synrail.storage.store import Store
 
 
 def _check_annotation(ann: dict, image: dict, rail: np.ndarray, problems: list[str]) -> str:
@@ -39,29 +41,43 @@ def _check_annotation(ann: dict, image: dict, rail: np.ndarray, problems: list[s
     return yolo_line(ann["category_id"] - 1, box, image["width"], image["height"])
 
 
-def validate_dataset(root: str | Path) -> list[str]:
-    """Every problem found, as readable sentences (empty when the dataset is sound)."""
-    root = Path(root)
+def _decoded_size(out: Store, rel: str) -> tuple[int, int] | None:
+    """(height, width) of the image at ``rel``, or None when it is missing or unreadable."""
+    if not out.exists(rel):
+        return None
+    decoded = cv2.imdecode(np.frombuffer(out.read_bytes(rel), np.uint8), cv2.IMREAD_COLOR)
+    return None if decoded is None else decoded.shape[:2]
+
+
+def validate_dataset(root: str | os.PathLike[str]) -> list[str]:
+    """Every problem found, as readable sentences (empty when the dataset is sound).
+
+    Args:
+        root: the export's folder, or its URL (``file://``, ``s3://``: any store ``synrail build`` writes).
+
+    Returns:
+        One sentence per problem, naming the file.
+    """
+    out = Store(os.fspath(root))
     problems: list[str] = []
-    data = yaml.safe_load((root / "data.yaml").read_text())
+    data = yaml.safe_load(out.read_text("data.yaml"))
     if "path" in data:
         problems.append("data.yaml has a 'path' key; split folders must resolve against the yaml itself")
     for split in [s for s in ("train", "val", "test") if s in data]:
-        coco = json.loads((root / "annotations" / f"instances_{split}.json").read_text())
+        coco = json.loads(out.read_text(f"annotations/instances_{split}.json"))
         by_image: dict[int, list[dict]] = {}
         for ann in coco["annotations"]:
             by_image.setdefault(ann["image_id"], []).append(ann)
         for image in coco["images"]:
-            jpg = root / data[split] / image["file_name"]
-            decoded = cv2.imread(str(jpg))
-            if decoded is None or decoded.shape[:2] != (image["height"], image["width"]):
-                problems.append(f"{jpg}: missing, unreadable or not {image['width']}x{image['height']}")
+            jpg = f"{data[split]}/{image['file_name']}"
+            if _decoded_size(out, jpg) != (image["height"], image["width"]):
+                problems.append(f"{out.url(jpg)}: missing, unreadable or not {image['width']}x{image['height']}")
             rail = mask_utils.decode(dict(image["rail_area"], counts=image["rail_area"]["counts"].encode("ascii")))
             if rail.shape != (image["height"], image["width"]) or not rail.any():
-                problems.append(f"{jpg}: rail_area missing or of the wrong size")
+                problems.append(f"{out.url(jpg)}: rail_area missing or of the wrong size")
             expected = sorted(_check_annotation(a, image, rail, problems) for a in by_image.get(image["id"], []))
-            label = root / "labels" / split / (Path(image["file_name"]).stem + ".txt")
-            found = sorted(label.read_text().splitlines()) if label.exists() else None
+            label = f"labels/{split}/{PurePosixPath(image['file_name']).stem}.txt"
+            found = sorted(out.read_text(label).splitlines()) if out.exists(label) else None
             if found != expected:
-                problems.append(f"{label}: YOLO lines {found} do not match the COCO masks {expected}")
+                problems.append(f"{out.url(label)}: YOLO lines {found} do not match the COCO masks {expected}")
     return problems

@@ -20,12 +20,13 @@ from synrail.segment.base import MaskResult, Prompt, Segmenter, postprocess_mask
 from synrail.sources.gallery_sources import (
     ObstacleCandidate,
     Skipped,
-    decode_image_bytes,
+    UnreadableMask,
     decode_labels,
     instance_mask,
     mask_box,
     read_url_bytes,
 )
+from synrail.sources.image_safety import DEFAULT_MAX_IMAGE_PIXELS, decode_or_reason
 from synrail.storage.store import Store, sha256_bytes
 
 
@@ -82,31 +83,34 @@ def group_by_image(candidates: Iterable[ObstacleCandidate]) -> dict[str, list[Ob
     return groups
 
 
-def _labels_or_reason(mask_path: str, image_path: str, image_data: bytes) -> np.ndarray | str:
+def _labels_or_reason(mask_path: str, image_path: str, image_data: bytes, max_pixels: int) -> np.ndarray | Skipped:
+    """The mask file's labels, or a Skipped row (with the file's URL when the file itself is unreadable)."""
     try:
         data = image_data if mask_path == image_path else read_url_bytes(mask_path)
     except FileNotFoundError:
-        return f"missing mask {mask_path}"
+        return Skipped("", f"missing mask {mask_path}")
     except OSError as exc:
-        return f"unreadable mask {mask_path}: {exc}"
+        return Skipped("", f"unreadable mask: {exc}", url=mask_path)
     try:
-        return decode_labels(data, mask_path)
+        return decode_labels(data, mask_path, max_pixels)
+    except UnreadableMask as exc:
+        return Skipped("", str(exc), url=mask_path)
     except ValueError as exc:
-        return str(exc)
+        return Skipped("", str(exc))
 
 
 def _given_masks(group: Sequence[ObstacleCandidate], image_path: str, image_data: bytes,
-                 shape: tuple[int, int]) -> tuple[list[_Masked], list[Skipped]]:
+                 shape: tuple[int, int], max_pixels: int) -> tuple[list[_Masked], list[Skipped]]:
     """Masks the datasets ship; each mask file is read once (it may be the image itself: RGBA)."""
-    labels: dict[str, np.ndarray | str] = {}
+    labels: dict[str, np.ndarray | Skipped] = {}
     masked, skipped = [], []
     for c in group:
         assert c.mask_path is not None
         if c.mask_path not in labels:
-            labels[c.mask_path] = _labels_or_reason(c.mask_path, image_path, image_data)
+            labels[c.mask_path] = _labels_or_reason(c.mask_path, image_path, image_data, max_pixels)
         found = labels[c.mask_path]
-        if isinstance(found, str):
-            skipped.append(Skipped(c.instance_key, found))
+        if isinstance(found, Skipped):
+            skipped.append(Skipped(c.instance_key, found.reason, url=found.url))
         elif found.shape != shape:
             skipped.append(Skipped(c.instance_key, f"mask size {found.shape} differs from the image's {shape}"))
         else:
@@ -159,26 +163,26 @@ def _write_cutout(item: _Masked, mask: np.ndarray, image_bgr: np.ndarray, cache:
         prompt_key=c.prompt.key() if item.segmented and c.prompt is not None else "")
 
 
-def _read_image(image_path: str) -> tuple[bytes, np.ndarray] | str:
-    """The image's bytes (hashed for the mask cache) and BGR pixels, or why they cannot be had."""
+def _read_image(image_path: str, max_pixels: int) -> tuple[bytes, np.ndarray] | str:
+    """The image's bytes (hashed for the mask cache) and BGR pixels, or why they cannot be had safely."""
     try:
         data = read_url_bytes(image_path)
     except OSError as exc:
-        return f"unreadable image {image_path}: {exc}"
-    image = decode_image_bytes(data, cv2.IMREAD_COLOR)
-    return f"unreadable image {image_path}: not a decodable image" if image is None else (data, image)
+        return f"unreadable image: {exc}"
+    image = decode_or_reason(data, cv2.IMREAD_COLOR, max_pixels)
+    return f"unreadable image: {image}" if isinstance(image, str) else (data, image)
 
 
 def _extract_from_image(image_path: str, group: Sequence[ObstacleCandidate], segmenter: Segmenter,
-                        mask_cache: SegmentCache, cache: Store, min_score: float,
-                        min_area_px: int) -> tuple[list[ExtractedCutout], list[Skipped]]:
-    read = _read_image(image_path)
+                        mask_cache: SegmentCache, cache: Store, min_score: float, min_area_px: int,
+                        max_pixels: int) -> tuple[list[ExtractedCutout], list[Skipped]]:
+    read = _read_image(image_path, max_pixels)
     if isinstance(read, str):
-        return [], [Skipped(c.instance_key, read) for c in group]
+        return [], [Skipped(c.instance_key, read, url=image_path) for c in group]
     data, image = read
     given = [c for c in group if c.mask_path is not None]
     prompted = [c for c in group if c.mask_path is None and c.prompt is not None]
-    masked, skipped = _given_masks(given, image_path, data, image.shape[:2])
+    masked, skipped = _given_masks(given, image_path, data, image.shape[:2], max_pixels)
     if prompted:
         masked += _segmented_masks(prompted, image, sha256_bytes(data), segmenter, mask_cache)
     skipped += [Skipped(c.instance_key, "no prompt and no mask") for c in group
@@ -195,17 +199,18 @@ def _extract_from_image(image_path: str, group: Sequence[ObstacleCandidate], seg
 
 def extract_cutouts(candidates: Iterable[ObstacleCandidate], segmenter: Segmenter, mask_cache: SegmentCache,
                     cache: Store, *, min_score: float = 0.5, min_area_px: int = 256,
-                    ) -> tuple[list[ExtractedCutout], list[Skipped]]:
+                    max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> tuple[list[ExtractedCutout], list[Skipped]]:
     """Cut every candidate out and write its PNG to ``gallery/<class>/<sha[:24]>.png`` in ``cache``.
 
-    Rejected candidates (unreadable image, missing mask, low score, small mask) come back as
-    ``Skipped`` rows with the reason.
+    Rejected candidates (an image or mask that cannot be decoded safely, a missing mask, low score,
+    small mask) come back as ``Skipped`` rows with the reason; ``max_pixels`` bounds the size an
+    image may declare (checked from its header before decoding).
     """
     cutouts: list[ExtractedCutout] = []
     skipped: list[Skipped] = []
     for image_path, group in group_by_image(candidates).items():
         done, rejected = _extract_from_image(image_path, group, segmenter, mask_cache, cache, min_score,
-                                             min_area_px)
+                                             min_area_px, max_pixels)
         cutouts += done
         skipped += rejected
     return cutouts, skipped

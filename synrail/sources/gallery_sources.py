@@ -23,6 +23,7 @@ import numpy as np
 from PIL import Image
 
 from synrail.segment.base import Prompt
+from synrail.sources.image_safety import DEFAULT_MAX_IMAGE_PIXELS, decode_or_reason, header_problem
 from synrail.sources.procedural_obstacles import OBSTACLE_KINDS, SIZE_PRIORS_M
 from synrail.storage.store import Store
 
@@ -53,6 +54,7 @@ class ObstacleCandidate:
 class Skipped:
     instance_key: str
     reason: str
+    url: str | None = None  # set when a file itself cannot be read safely: it is also quarantined
 
 
 class Detection(Protocol):
@@ -79,19 +81,14 @@ def read_url_bytes(url: str) -> bytes:
         raise OSError(f"cannot read {url}: {exc}") from exc
 
 
-def decode_image_bytes(data: bytes, flags: int = cv2.IMREAD_COLOR) -> np.ndarray | None:
-    if not data:
-        return None
-    return cv2.imdecode(np.frombuffer(data, np.uint8), flags)
-
-
-def read_image_or_reason(url: str, flags: int = cv2.IMREAD_COLOR) -> np.ndarray | str:
-    """The decoded image, or why it cannot be had (for a ``Skipped`` row)."""
+def read_image_or_reason(url: str, flags: int = cv2.IMREAD_COLOR,
+                         max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> np.ndarray | str:
+    """The decoded image, or why it cannot be had safely (for a ``Skipped`` row; the row names the file)."""
     try:
-        image = decode_image_bytes(read_url_bytes(url), flags)
+        decoded = decode_or_reason(read_url_bytes(url), flags, max_pixels)
     except OSError as exc:
-        return f"unreadable image {url}: {exc}"
-    return f"unreadable image {url}: not a decodable image" if image is None else image
+        return f"unreadable image: {exc}"
+    return f"unreadable image: {decoded}" if isinstance(decoded, str) else decoded
 
 
 def _to_uint8(image: np.ndarray) -> np.ndarray:
@@ -125,11 +122,15 @@ def instance_mask(labels: np.ndarray, mask_value: int | None) -> np.ndarray:
     return labels > 0 if mask_value is None else labels == mask_value
 
 
-def decode_labels(data: bytes, url: str) -> np.ndarray:
+class UnreadableMask(ValueError):
+    """A mask file that cannot be decoded safely (the file is quarantined, not just the instance)."""
+
+
+def decode_labels(data: bytes, url: str, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> np.ndarray:
     """Labels of a mask file's bytes; ValueError with the reason when they are unusable."""
-    decoded = decode_image_bytes(data, cv2.IMREAD_UNCHANGED)
-    if decoded is None:
-        raise ValueError(f"unreadable mask {url}")
+    decoded = decode_or_reason(data, cv2.IMREAD_UNCHANGED, max_pixels)
+    if isinstance(decoded, str):
+        raise UnreadableMask(f"unreadable mask: {decoded}")
     labels = label_image(data, decoded)
     if labels is None:
         raise ValueError(f"mask {url} is a colour image, not instance labels")
@@ -289,7 +290,8 @@ def _coco_candidates(data: Mapping[str, Any], images_store: Store, class_map: Ma
 
 # -- PennFudanPed --------------------------------------------------------------------------------
 def read_pennfudan(root: str | os.PathLike[str], *, skip_truncated: bool = True,
-                   height_m_range: HeightRange | None = None) -> tuple[list[ObstacleCandidate], list[Skipped]]:
+                   height_m_range: HeightRange | None = None,
+                   max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> tuple[list[ObstacleCandidate], list[Skipped]]:
     """Pedestrians of PennFudanPed (``PNGImages/X.png``, ``PedMasks/X_mask.png`` with ids 1..N).
 
     The masks are given; the prompt is each mask's box (for segmenters that want one anyway).
@@ -306,8 +308,11 @@ def read_pennfudan(root: str | os.PathLike[str], *, skip_truncated: bool = True,
             skipped.append(Skipped(f"pennfudan:{stem}", f"missing mask {store.url(mask_rel)}"))
             continue
         try:
-            labels = decode_labels(read_url_bytes(store.url(mask_rel)), store.url(mask_rel))
-        except (OSError, ValueError) as exc:
+            labels = decode_labels(read_url_bytes(store.url(mask_rel)), store.url(mask_rel), max_pixels)
+        except (OSError, UnreadableMask) as exc:
+            skipped.append(Skipped(f"pennfudan:{stem}", str(exc), url=store.url(mask_rel)))
+            continue
+        except ValueError as exc:
             skipped.append(Skipped(f"pennfudan:{stem}", str(exc)))
             continue
         for value in (int(v) for v in np.unique(labels) if v > 0):
@@ -325,17 +330,36 @@ def read_pennfudan(root: str | os.PathLike[str], *, skip_truncated: bool = True,
 
 # -- DTD textures --------------------------------------------------------------------------------
 def read_dtd_textures(root: str | os.PathLike[str]) -> list[str]:
-    """URLs of the Describable Textures Dataset's ``images/<category>/*.jpg``, sorted."""
+    """URLs of the Describable Textures Dataset's ``images/<category>/*.jpg``, sorted (see also
+    :func:`unsafe_textures`)."""
     store = _folder(root)
     return [store.url(f"images/{category}/{name}")
             for category in _listing(store, "images")[1]
             for name in _with_suffix(_listing(store, f"images/{category}")[0], (".jpg", ".jpeg"))]
 
 
+def _header_problem(url: str, max_pixels: int) -> str | None:
+    """Why the image at ``url`` cannot be decoded safely, from its header alone (a few KB read); or None."""
+    try:
+        with fsspec.open(url, "rb") as fh:
+            problem = header_problem(fh, max_pixels)
+    except OSError as exc:
+        problem = str(exc)
+    return None if problem is None else f"unreadable image: {problem}"
+
+
+def unsafe_textures(root: str | os.PathLike[str], max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> list[Skipped]:
+    """The DTD files that cannot be decoded safely (headers only: no texture is decoded here); the
+    texture loader passes over them, and the input report quarantines them."""
+    return [Skipped(f"dtd:{url.rsplit('/images/', 1)[-1]}", problem, url=url)
+            for url in read_dtd_textures(root) if (problem := _header_problem(url, max_pixels)) is not None]
+
+
 @functools.lru_cache(maxsize=256)
-def _load_texture(url: str, max_side: int) -> np.ndarray | None:
-    """A texture as BGR uint8, shrunk so its longer side is at most ``max_side``; None if unreadable."""
-    image = read_image_or_reason(url, cv2.IMREAD_COLOR)
+def _load_texture(url: str, max_side: int, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> np.ndarray | None:
+    """A texture as BGR uint8, shrunk so its longer side is at most ``max_side``; None if it cannot
+    be decoded safely."""
+    image = read_image_or_reason(url, cv2.IMREAD_COLOR, max_pixels)
     if isinstance(image, str):
         return None
     scale = max_side / max(image.shape[:2])
@@ -345,7 +369,8 @@ def _load_texture(url: str, max_side: int) -> np.ndarray | None:
     return image
 
 
-def dtd_texture_loader(paths: Sequence[str], *, max_side: int = 512) -> Callable[[np.random.Generator], np.ndarray]:
+def dtd_texture_loader(paths: Sequence[str], *, max_side: int = 512,
+                       max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> Callable[[np.random.Generator], np.ndarray]:
     """A function drawing one texture per call, for ``render_cutout(..., texture=...)``.
 
     The draw depends only on the generator, so renders stay reproducible; an unreadable file is
@@ -358,7 +383,7 @@ def dtd_texture_loader(paths: Sequence[str], *, max_side: int = 512) -> Callable
     def draw(rng: np.random.Generator) -> np.ndarray:
         start = int(rng.integers(len(ordered)))
         for k in range(len(ordered)):
-            texture = _load_texture(ordered[(start + k) % len(ordered)], max_side)
+            texture = _load_texture(ordered[(start + k) % len(ordered)], max_side, max_pixels)
             if texture is not None:
                 return texture
         raise ValueError(f"none of the {len(ordered)} texture files can be read (first: {ordered[0]})")
@@ -380,8 +405,8 @@ def _best_detection_box(detector: Detector, image: np.ndarray) -> Box | None:
 
 
 def read_rock_folders(root: str | os.PathLike[str], *, class_name: str = "rock", detector: Detector | None = None,
-                      margin: float = 0.02, source_name: str = "rocks",
-                      height_m_range: HeightRange | None = None) -> tuple[list[ObstacleCandidate], list[Skipped]]:
+                      margin: float = 0.02, source_name: str = "rocks", height_m_range: HeightRange | None = None,
+                      max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> tuple[list[ObstacleCandidate], list[Skipped]]:
     """Photos in class subfolders (``<root>/<label>/*.jpg``), without annotations.
 
     The prompt is the detector's best box when a detector is given (an image without detections
@@ -394,9 +419,9 @@ def read_rock_folders(root: str | os.PathLike[str], *, class_name: str = "rock",
         for name in _with_suffix(_listing(store, label)[0], PHOTO_SUFFIXES):
             key = f"{source_name}:{label}/{name}"
             url = store.url(f"{label}/{name}")
-            image = read_image_or_reason(url, cv2.IMREAD_COLOR)
+            image = read_image_or_reason(url, cv2.IMREAD_COLOR, max_pixels)
             if isinstance(image, str):
-                skipped.append(Skipped(key, image))
+                skipped.append(Skipped(key, image, url=url))
                 continue
             if detector is None:
                 box: Box | None = whole_image_box(image.shape[1], image.shape[0], margin)
@@ -412,10 +437,12 @@ def read_rock_folders(root: str | os.PathLike[str], *, class_name: str = "rock",
 
 
 # -- ready-made cutouts (RGBA) -------------------------------------------------------------------
-def _alpha_problem(url: str) -> str | None:
-    image = read_image_or_reason(url, cv2.IMREAD_UNCHANGED)
+def _alpha_problem(url: str, max_pixels: int) -> Skipped | str | None:
+    """Why the file at ``url`` is not a usable cutout: a Skipped row to quarantine it when it cannot
+    be decoded safely, a reason when it decodes but is no cutout, or None."""
+    image = read_image_or_reason(url, cv2.IMREAD_UNCHANGED, max_pixels)
     if isinstance(image, str):
-        return image
+        return Skipped("", image, url=url)
     if image.ndim != 3 or image.shape[2] != 4:
         return "no alpha channel"
     opaque = _to_uint8(image)[:, :, 3] >= ALPHA_THRESHOLD
@@ -427,7 +454,8 @@ def _alpha_problem(url: str) -> str | None:
 
 
 def read_rgba_folder(root: str | os.PathLike[str], class_name: str, height_m_range: HeightRange | None = None,
-                     *, source_name: str = "rgba") -> tuple[list[ObstacleCandidate], list[Skipped]]:
+                     *, source_name: str = "rgba", max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
+                     ) -> tuple[list[ObstacleCandidate], list[Skipped]]:
     """PNG/WebP cutouts with alpha in one folder; the mask is the alpha (no prompt, no segmenter)."""
     store = _folder(root)
     prior = size_prior(class_name, height_m_range)
@@ -435,7 +463,10 @@ def read_rgba_folder(root: str | os.PathLike[str], class_name: str, height_m_ran
     for name in _with_suffix(_listing(store)[0], RGBA_SUFFIXES):
         key = f"{source_name}:{name}"
         url = store.url(name)
-        problem = _alpha_problem(url)
+        problem = _alpha_problem(url, max_pixels)
+        if isinstance(problem, Skipped):
+            skipped.append(Skipped(key, problem.reason, url=problem.url))
+            continue
         if problem is not None:
             skipped.append(Skipped(key, problem))
             continue

@@ -30,6 +30,7 @@ import fsspec
 import numpy as np
 import pyarrow.parquet as pq
 
+from synrail.sources.image_safety import DEFAULT_MAX_IMAGE_PIXELS, decode_or_reason, frame_size_problem
 from synrail.storage.store import LOCAL_PROTOCOLS
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov")
@@ -247,8 +248,9 @@ class FrameStream(Iterator[SampledFrame]):
     before the frame count in the container header promised (``frames_expected`` vs ``frames_decoded``)."""
 
     def __init__(self, video: VideoRef, fps: float | None, stride: int | None, max_frames: int | None,
-                 storage_options: dict | None) -> None:
+                 storage_options: dict | None, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> None:
         self.video = video
+        self.max_pixels = max_pixels
         self.fps, self.stride, self.max_frames = fps, stride, max_frames
         self.native_fps: float | None = None
         self.frame_count: int | None = None  # from the container; None when it does not say
@@ -279,6 +281,11 @@ class FrameStream(Iterator[SampledFrame]):
             capture.release()
             raise VideoError(self.video.url, "the stream has no frame rate")
         self.native_fps = native_fps
+        problem = frame_size_problem(int(capture.get(cv2.CAP_PROP_FRAME_WIDTH)),
+                                     int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT)), self.max_pixels)
+        if problem is not None:  # checked from the container before any frame is decoded
+            capture.release()
+            raise VideoError(self.video.url, f"frames: {problem}")
         count = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
         self.frame_count = count if count > 0 else None
         return capture
@@ -329,8 +336,10 @@ class ImageSequenceStream(Iterator[SampledFrame]):
     decoded is skipped and listed in ``unreadable`` (position, reason); a sequence with no readable
     image raises VideoError. ``time_s`` is the position (a folder of frames has no clock)."""
 
-    def __init__(self, video: VideoRef, stride: int, max_frames: int | None, storage_options: dict | None) -> None:
+    def __init__(self, video: VideoRef, stride: int, max_frames: int | None, storage_options: dict | None,
+                 max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> None:
         self.video = video
+        self.max_pixels = max_pixels
         self.frames_expected = len(range(0, len(video.members), stride))
         if max_frames is not None:
             self.frames_expected = min(self.frames_expected, max_frames)
@@ -354,9 +363,9 @@ class ImageSequenceStream(Iterator[SampledFrame]):
             except OSError as exc:
                 self.unreadable.append((position, f"unreadable image: {exc.strerror or exc}"))
                 continue
-            image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) if data else None
-            if image is None:
-                self.unreadable.append((position, "unreadable image: not a decodable JPEG/PNG"))
+            image = decode_or_reason(data, cv2.IMREAD_COLOR, self.max_pixels)
+            if isinstance(image, str):  # over the pixel limit, empty or corrupt: left out, with the reason
+                self.unreadable.append((position, f"unreadable image: {image}"))
                 continue
             self.frames_decoded += 1
             yield SampledFrame(frame_index=position, time_s=float(position), image=image)
@@ -365,12 +374,13 @@ class ImageSequenceStream(Iterator[SampledFrame]):
 
 
 def sample_frames(video: VideoRef, *, fps: float | None = None, stride: int | None = None,
-                  max_frames: int | None = None, storage_options: dict | None = None
-                  ) -> FrameStream | ImageSequenceStream:
+                  max_frames: int | None = None, storage_options: dict | None = None,
+                  max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> FrameStream | ImageSequenceStream:
     """Frames of ``video`` at ``fps`` per second of video or every ``stride``-th frame (exactly one).
 
     Nothing is opened until the first frame is asked for; a video that cannot be used raises
-    VideoError then. A stream that breaks off after some frames just ends (see FrameStream.truncated).
+    VideoError then, as does one whose frames declare more than ``max_pixels``. A stream that breaks
+    off after some frames just ends (see FrameStream.truncated).
     """
     if (fps is None) == (stride is None):
         raise ValueError("give exactly one of fps and stride")
@@ -383,5 +393,5 @@ def sample_frames(video: VideoRef, *, fps: float | None = None, stride: int | No
     if video.is_sequence:
         if stride is None:
             raise ValueError(f"{video.url}: an image sequence has no frame rate; sample it with a stride")
-        return ImageSequenceStream(video, stride, max_frames, storage_options)
-    return FrameStream(video, fps, stride, max_frames, storage_options)
+        return ImageSequenceStream(video, stride, max_frames, storage_options, max_pixels)
+    return FrameStream(video, fps, stride, max_frames, storage_options, max_pixels)

@@ -14,6 +14,7 @@ from typing import Any
 import cv2
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from synrail.errors import InputError
 from synrail.sources.frame_filters import (
     NO_DETECTOR_NOTE,
     FilterConfig,
@@ -22,6 +23,7 @@ from synrail.sources.frame_filters import (
     detector_from_config,
     filter_frames,
 )
+from synrail.sources.image_safety import DEFAULT_MAX_IMAGE_PIXELS
 from synrail.sources.video import VideoError, VideoRef, read_sidecar, sample_frames, sidecar_metadata
 from synrail.storage.store import Store
 
@@ -128,22 +130,28 @@ def _reject_record(decision: FrameDecision) -> RejectRecord:
 def _metadata(video: VideoRef, cfg: VideoSourceConfig, storage_options: dict | None) -> tuple[dict, list[str]]:
     if cfg.sidecar is None:
         return {}, []
-    metadata = sidecar_metadata(read_sidecar(cfg.sidecar, storage_options), video)
+    try:
+        table = read_sidecar(cfg.sidecar, storage_options)
+    except ValueError as exc:  # a malformed or missing sidecar is the config's mistake, not one video's
+        raise InputError(f"backgrounds.video.sampling.sidecar: {exc}") from None
+    metadata = sidecar_metadata(table, video)
     return metadata, [] if metadata else [f"no row for {video.name} in sidecar {cfg.sidecar}"]
 
 
 def extract_video_backgrounds(video: VideoRef, cfg: VideoSourceConfig, cache: Store,
                               detector: ObstacleDetector | None = None, *,
-                              storage_options: dict | None = None) -> VideoExtraction:
+                              storage_options: dict | None = None,
+                              max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> VideoExtraction:
     """Sample, filter and store the frames of one video. ``detector`` defaults to the one configured
     in ``cfg.filters`` (none without weights, which is noted); ``storage_options`` reach the video
-    and sidecar URLs (credentials stay out of the config and so out of cache keys)."""
+    and sidecar URLs (credentials stay out of the config and so out of cache keys); a video whose
+    frames declare more than ``max_pixels`` is quarantined before any frame is decoded."""
     metadata, notes = _metadata(video, cfg, storage_options)
     detector = detector if detector is not None else detector_from_config(cfg.filters)
     if detector is None:
         notes.append(NO_DETECTOR_NOTE)
     stream = sample_frames(video, fps=cfg.fps, stride=cfg.stride, max_frames=cfg.max_frames_per_video,
-                           storage_options=storage_options)
+                           storage_options=storage_options, max_pixels=max_pixels)
     folder = video_folder(video)
     frames: list[FrameRecord] = []
     rejected: list[RejectRecord] = []

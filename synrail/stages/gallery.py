@@ -25,8 +25,9 @@ from synrail.config import (
     RgbaFolderSource,
     RockFolderSource,
 )
+from synrail.errors import InputError
 from synrail.randomness import Stream, procedural_obstacle_rng, rng_for
-from synrail.records import GalleryRecord, GallerySourceResult, SkipRow
+from synrail.records import GalleryRecord, GallerySourceResult, QuarantineRecord, SkipRow
 from synrail.segment.cache import MaskCache
 from synrail.segment.loader import load_segmenter
 from synrail.sources.cutouts import ExtractedCutout, extract_cutouts
@@ -47,15 +48,15 @@ from synrail.storage.codecs import encode_image
 from synrail.storage.store import Store, sha256_bytes
 
 # Both gallery stages: the procedural one reads seed, classes, gallery; a real source also segment.
-CONFIG_SECTIONS = ("seed", "classes", "gallery")
-SOURCE_CONFIG_SECTIONS = ("seed", "classes", "gallery", "segment")
+CONFIG_SECTIONS = ("seed", "classes", "gallery", "inputs")
+SOURCE_CONFIG_SECTIONS = ("seed", "classes", "gallery", "segment", "inputs")
 RealSource = CocoSource | PennFudanSource | RockFolderSource | RgbaFolderSource | DiffusionSource
 
 
 # -- procedural obstacles ---------------------------------------------------------------------------
 @functools.lru_cache(maxsize=4)
-def _dtd_textures(root: str) -> Callable[[np.random.Generator], np.ndarray]:
-    return dtd_texture_loader(read_dtd_textures(root))
+def _dtd_textures(root: str, max_pixels: int) -> Callable[[np.random.Generator], np.ndarray]:
+    return dtd_texture_loader(read_dtd_textures(root), max_pixels=max_pixels)
 
 
 def prepare_gallery_item(cfg: BuildConfig, class_name: str, index: int, cache: Store) -> GalleryRecord:
@@ -75,7 +76,7 @@ def prepare_gallery_item(cfg: BuildConfig, class_name: str, index: int, cache: S
     if class_name == "unseen_obstacle" and not cfg.gallery.random_texture:  # ablation: one flat colour
         texture = np.full((8, 8, 3), rng.integers(40, 220, 3), dtype=np.uint8)
     elif class_name == "unseen_obstacle" and cfg.gallery.dtd_root:  # the paper's DTD-filled random polygons
-        texture = _dtd_textures(cfg.gallery.dtd_root)(rng)
+        texture = _dtd_textures(cfg.gallery.dtd_root, cfg.inputs.max_image_pixels)(rng)
     cutout = render_cutout(class_name, rng, pixel_height=cfg.gallery.render_height_px, texture=texture)
     png = encode_image(cutout.rgba, ".png")
     sha = sha256_bytes(png)
@@ -114,29 +115,40 @@ def prepare_gallery(cfg: BuildConfig, cache: Store) -> list[GalleryRecord]:
 # -- real sources -----------------------------------------------------------------------------------
 
 
+def quarantined_files(skipped: list[Skipped]) -> list[QuarantineRecord]:
+    """One row per file that could not be read safely (a file may have skipped several instances)."""
+    seen: dict[str, str] = {}
+    for row in skipped:
+        if row.url is not None:
+            seen.setdefault(row.url, row.reason)
+    return [QuarantineRecord(url=url, reason=reason) for url, reason in seen.items()]
+
+
 def _first(candidates: list[ObstacleCandidate], limit: int | None) -> list[ObstacleCandidate]:
     """A deterministic subset: the first ``limit`` by instance key."""
     ordered = sorted(candidates, key=lambda c: c.instance_key)
     return ordered if limit is None else ordered[:limit]
 
 
-def dataset_candidates(source: RealSource) -> tuple[list[ObstacleCandidate], list[Skipped]]:
-    """Candidates of a dataset source in its real on-disk layout."""
+def dataset_candidates(source: RealSource, max_pixels: int) -> tuple[list[ObstacleCandidate], list[Skipped]]:
+    """Candidates of a dataset source in its real on-disk layout; images over ``max_pixels`` (declared)
+    are skipped unread."""
     if isinstance(source, CocoSource):
         found, skipped = read_coco_instances(source.annotations, source.images, source.class_map,
                                              min_area_px=source.min_area_px, max_overlap=source.max_overlap,
                                              source_name=source.name)
         return _first(found, source.max_items), skipped
     if isinstance(source, PennFudanSource):
-        found, skipped = read_pennfudan(source.root)
+        found, skipped = read_pennfudan(source.root, max_pixels=max_pixels)
         return _first(found, source.max_items), skipped
     if isinstance(source, RockFolderSource):
         detector = (UltralyticsDetector(source.detector_weights, classes_to_reject=source.detector_classes)
                     if source.detector_weights else None)
-        found, skipped = read_rock_folders(source.root, class_name=source.class_name, detector=detector)
+        found, skipped = read_rock_folders(source.root, class_name=source.class_name, detector=detector,
+                                           max_pixels=max_pixels)
         return _first(found, source.max_items), skipped
     if isinstance(source, RgbaFolderSource):
-        return read_rgba_folder(source.root, source.class_name, source.height_m)
+        return read_rgba_folder(source.root, source.class_name, source.height_m, max_pixels=max_pixels)
     raise TypeError(f"not a dataset source: {source.type}")
 
 
@@ -179,18 +191,23 @@ def prepare_gallery_source(cfg: BuildConfig, source_index: int, cache: Store) ->
         The cutout records and every candidate left out, with its reason.
     """
     source = cfg.gallery.sources[source_index]
+    max_pixels = cfg.inputs.max_image_pixels
     if isinstance(source, DiffusionSource):
         candidates, skipped = diffusion_candidates(cfg, source, cache), []
     else:
-        candidates, skipped = dataset_candidates(source)
+        try:
+            candidates, skipped = dataset_candidates(source, max_pixels)
+        except ValueError as exc:  # the whole source is unusable: a missing folder, a malformed annotation file
+            raise InputError(f"gallery.sources[{source_index}] ({source.type}): {exc}") from exc
     seg = cfg.segment
     segmenter = load_segmenter(seg.backend, seg.checkpoint, seg.model_type, seg.device)
-    cutouts, rejected = extract_cutouts(candidates, segmenter, MaskCache(cache), cache,
-                                        min_score=seg.min_score, min_area_px=seg.min_area_px)
+    cutouts, rejected = extract_cutouts(candidates, segmenter, MaskCache(cache), cache, min_score=seg.min_score,
+                                        min_area_px=seg.min_area_px, max_pixels=max_pixels)
+    every_skip = [*skipped, *rejected]
     return GallerySourceResult(
         records=[gallery_record(cfg, c) for c in cutouts],
-        skipped=[SkipRow(source=source.type, instance_key=s.instance_key, reason=s.reason)
-                 for s in [*skipped, *rejected]])
+        skipped=[SkipRow(source=source.type, instance_key=s.instance_key, reason=s.reason) for s in every_skip],
+        quarantine=quarantined_files(every_skip))
 
 
 def needs_gpu(cfg: BuildConfig, source_index: int) -> bool:

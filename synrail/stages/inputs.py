@@ -6,18 +6,37 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from synrail.config import BuildConfig
-from synrail.records import BackgroundRecord, GalleryRecord, GallerySourceResult, InputReport, VideoBackgrounds
+from synrail.errors import InputError
+from synrail.records import (
+    BackgroundRecord,
+    GalleryRecord,
+    GallerySourceResult,
+    InputReport,
+    QuarantineRecord,
+    VideoBackgrounds,
+)
+from synrail.sources.gallery_sources import unsafe_textures
+
+__all__ = ["InputError", "InputReport", "check_inputs", "input_report"]
 
 
-class InputError(ValueError):
-    """The inputs cannot make this dataset (a split without backgrounds, a class without cutouts)."""
+def texture_quarantine(cfg: BuildConfig) -> list[QuarantineRecord]:
+    """The DTD texture files (``gallery.dtd_root``) that cannot be decoded safely, from their headers;
+    the texture loader passes over them. Empty without DTD or when random textures are off."""
+    if not cfg.gallery.dtd_root or not cfg.gallery.random_texture or "unseen_obstacle" not in cfg.classes:
+        return []
+    skipped = unsafe_textures(cfg.gallery.dtd_root, cfg.inputs.max_image_pixels)
+    return [QuarantineRecord(url=s.url, reason=s.reason) for s in skipped if s.url is not None]
 
 
-def input_report(videos: Sequence[VideoBackgrounds], sources: Sequence[GallerySourceResult]) -> InputReport:
-    """Everything the video and gallery stages left out, gathered into one report."""
+def input_report(videos: Sequence[VideoBackgrounds], sources: Sequence[GallerySourceResult],
+                 textures: Sequence[QuarantineRecord] = ()) -> InputReport:
+    """Everything left out, and why: quarantined files (videos, images, masks, ``textures``), unused
+    frames, skipped obstacle candidates."""
     return InputReport(
         videos=[v.video for v in videos],
-        quarantine=[v.quarantine for v in videos if v.quarantine is not None],
+        quarantine=[*(v.quarantine for v in videos if v.quarantine is not None),
+                    *(q for r in sources for q in r.quarantine), *textures],
         unused_frames=[f for v in videos for f in v.unused],
         skipped_obstacles=[s for r in sources for s in r.skipped],
         notes=sorted({note for v in videos for note in v.notes}))
@@ -33,9 +52,8 @@ def check_inputs(cfg: BuildConfig, backgrounds: Sequence[BackgroundRecord], gall
     for split, share in cfg.splits.fractions().items():
         if share > 0 and not any(b.split == split for b in backgrounds):
             raise InputError(f"no usable background for split {split!r} ({len(backgrounds)} in all; "
-                             f"{len(report.quarantine)} videos or sequences quarantined, "
-                             f"{len(report.unused_frames)} frames unused): add footage or loosen "
-                             f"backgrounds.{cfg.backgrounds.source}.sampling.filters")
+                             f"{len(report.quarantine)} files quarantined, {len(report.unused_frames)} frames "
+                             f"unused): add footage or loosen backgrounds.{cfg.backgrounds.source}.sampling.filters")
     missing = [c for c in cfg.classes if not any(g.class_name == c for g in gallery)]
     if missing:
         raise InputError(f"no cutout for class(es) {missing}: add a gallery source for them or drop them from "

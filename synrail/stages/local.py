@@ -7,13 +7,14 @@ measured against (benchmarks/compose.py) and what tests use when orchestration i
 from __future__ import annotations
 
 from synrail.config import BuildConfig, ProceduralSource
+from synrail.extras import check_extras
 from synrail.records import BackgroundRecord, GalleryRecord, InputReport
 from synrail.stages.backgrounds import prepare_background
 from synrail.stages.compose import chunk_ranges, compose_chunk
 from synrail.stages.export import ExportSummary, export_dataset
 from synrail.stages.gallery import prepare_gallery_class, prepare_gallery_source, procedural_classes
-from synrail.stages.inputs import check_inputs, input_report
-from synrail.stages.splits import video_split_plan
+from synrail.stages.inputs import check_inputs, input_report, texture_quarantine
+from synrail.stages.splits import assign_video_splits
 from synrail.stages.videos import prepare_video_backgrounds, source_videos
 from synrail.storage.lock import build_lock
 from synrail.storage.output import cache_url, claim_output
@@ -27,8 +28,7 @@ def gather_inputs(cfg: BuildConfig, cache: Store) -> tuple[list[BackgroundRecord
         backgrounds = [prepare_background(cfg, i, cache) for i in range(cfg.backgrounds.count)]
     else:
         refs = source_videos(cfg)
-        plan = video_split_plan(cfg, refs)
-        videos = [prepare_video_backgrounds(cfg, ref, plan[ref.name], cache) for ref in refs]
+        videos = assign_video_splits(cfg, [prepare_video_backgrounds(cfg, ref, None, cache) for ref in refs])
         backgrounds = [record for video in videos for record in video.records]
     gallery, sources = [], []
     for index, source in enumerate(cfg.gallery.sources):
@@ -38,7 +38,7 @@ def gather_inputs(cfg: BuildConfig, cache: Store) -> tuple[list[BackgroundRecord
         else:
             sources.append(prepare_gallery_source(cfg, index, cache))
             gallery += sources[-1].records
-    report = input_report(videos, sources)
+    report = input_report(videos, sources, texture_quarantine(cfg))
     check_inputs(cfg, backgrounds, gallery, report)
     return backgrounds, gallery, report
 
@@ -60,6 +60,7 @@ def build_in_process(cfg: BuildConfig, out_url: str, overwrite: bool = False) ->
 
 
 def _build_into(cfg: BuildConfig, out: Store, overwrite: bool) -> ExportSummary:
+    check_extras(cfg)  # before any work: names the config key and the pip command
     claim_output(out, cfg, overwrite)
     cache = Store(cache_url(cfg, out))
     backgrounds, gallery, report = gather_inputs(cfg, cache)

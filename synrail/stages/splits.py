@@ -14,8 +14,7 @@ import numpy as np
 
 from synrail.config import BuildConfig
 from synrail.randomness import SplitPlan, Stream, rng_for, split_plan_rng
-from synrail.records import SPLITS
-from synrail.sources.video import VideoRef
+from synrail.records import SPLITS, BackgroundRecord, VideoBackgrounds
 
 CONFIG_SECTIONS = ("seed", "num_images", "splits", "backgrounds")
 
@@ -79,25 +78,36 @@ def background_plan(cfg: BuildConfig) -> list[tuple[str, str, str]]:
     return plan
 
 
-def video_split_plan(cfg: BuildConfig, videos: Sequence[VideoRef]) -> dict[str, str | None]:
-    """Video name -> its split, so no video feeds two splits. With fewer videos than splits in use,
-    every video is cut into time blocks instead (None), at the price of neighbouring frames.
+def assign_video_splits(cfg: BuildConfig, videos: Sequence[VideoBackgrounds]) -> list[VideoBackgrounds]:
+    """``videos`` with every background in its split, decided over the videos that yielded backgrounds
+    (after reading, so a corrupt or trackless video never leaves a split empty while a good one exists).
+
+    With at least as many such videos as splits in use, each video feeds one split (counts by largest
+    remainder, every split in use at least one, shuffled by seed, videos in name order); with fewer,
+    each video is cut into time blocks, one per split, at the price of neighbouring frames.
 
     Args:
         cfg: the build config (``seed``, ``splits``).
-        videos: the source videos.
+        videos: what the video stage made of each video or image sequence.
 
     Returns:
-        A split name, or None (time blocks), per video name.
+        The same videos, their records' ``split`` set.
     """
-    video_names = [v.name for v in videos]
-    fractions = cfg.splits.fractions()
-    if len(video_names) < sum(1 for f in fractions.values() if f > 0):
-        return {name: None for name in video_names}
-    counts = split_counts(len(video_names), fractions)
-    splits = [s for s in SPLITS for _ in range(counts[s])]
-    order = rng_for(cfg.seed, Stream.SPLIT, SplitPlan.VIDEOS).permutation(len(video_names))
-    return {video_names[i]: splits[k] for k, i in enumerate(order)}
+    productive = sorted(v.video for v in videos if v.records)
+    used = sum(1 for share in cfg.splits.fractions().values() if share > 0)
+    plan: dict[str, str | None] = dict.fromkeys(productive)
+    if productive and len(productive) >= used:
+        counts = split_counts(len(productive), cfg.splits.fractions())
+        splits = [s for s in SPLITS for _ in range(counts[s])]
+        order = rng_for(cfg.seed, Stream.SPLIT, SplitPlan.VIDEOS).permutation(len(productive))
+        plan = {productive[i]: splits[k] for k, i in enumerate(order)}
+    return [v.model_copy(update={"records": _in_split(v.records, plan.get(v.video), cfg)}) for v in videos]
+
+
+def _in_split(records: list[BackgroundRecord], split: str | None, cfg: BuildConfig) -> list[BackgroundRecord]:
+    """The records (in frame order) in ``split``, or in time blocks of the video when None."""
+    return [r.model_copy(update={"split": split or time_block_split(k / len(records), cfg)})
+            for k, r in enumerate(records)]
 
 
 def time_block_split(position: float, cfg: BuildConfig) -> str:

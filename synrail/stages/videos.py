@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 
 from synrail.config import BuildConfig
+from synrail.errors import InputError
 from synrail.export.coco import encode_rle
 from synrail.rail.detect import detect_track
 from synrail.rail.estimate import SegmentationModelTrack, estimate_geometry, refine_with_segmenter
@@ -25,7 +26,7 @@ from synrail.stages.splits import time_block_split
 from synrail.storage.codecs import decode_image, encode_image
 from synrail.storage.store import Store, sha256_bytes
 
-CONFIG_SECTIONS = ("seed", "image", "splits", "backgrounds", "segment")
+CONFIG_SECTIONS = ("seed", "image", "splits", "backgrounds", "segment", "inputs")
 
 _CONDITION_WORDS = (  # sidecar words -> condition tag, first match wins
     (("night", "dark"), "dark"), (("dusk", "dawn", "twilight"), "dusk"), (("fog", "mist", "haze", "smog"), "fog"),
@@ -57,10 +58,13 @@ def fit_frame(image: np.ndarray, width: int, height: int) -> np.ndarray:
 
 def source_videos(cfg: BuildConfig) -> list[VideoRef]:
     """The videos under ``backgrounds.video.url``, or the image sequences under ``backgrounds.frames.url``,
-    sorted by name."""
-    if cfg.backgrounds.source == "frames":
-        return list_sequences(cfg.backgrounds.frames.url)
-    return list_videos(cfg.backgrounds.video.url)
+    sorted by name; InputError when the folder or prefix is missing."""
+    try:
+        if cfg.backgrounds.source == "frames":
+            return list_sequences(cfg.backgrounds.frames.url)
+        return list_videos(cfg.backgrounds.video.url)
+    except FileNotFoundError as exc:
+        raise InputError(f"backgrounds.{cfg.backgrounds.source}.url: {exc}") from None
 
 
 @functools.lru_cache(maxsize=2)
@@ -85,7 +89,8 @@ def _track_mask(image: np.ndarray, cfg: BuildConfig, detection_mask: np.ndarray,
 
 
 def prepare_video_backgrounds(cfg: BuildConfig, video: VideoRef, split: str | None, cache: Store) -> VideoBackgrounds:
-    """All usable backgrounds of one video or image sequence.
+    """All usable backgrounds of one video or image sequence, in ``split``; with None, in time blocks
+    (a full build passes None and then decides with ``splits.assign_video_splits``).
 
     Args:
         cfg: the build config (reads ``CONFIG_SECTIONS``).
@@ -99,7 +104,8 @@ def prepare_video_backgrounds(cfg: BuildConfig, video: VideoRef, split: str | No
     """
     video_cfg = cfg.backgrounds.footage
     kind = "frames" if video.is_sequence else "video"
-    extraction = extract_video_backgrounds(video, video_cfg.sampling, cache)
+    extraction = extract_video_backgrounds(video, video_cfg.sampling, cache,
+                                          max_pixels=cfg.inputs.max_image_pixels)
     unused = [UnusedFrame(video=video.name, frame_index=r.frame_index, reason=r.reason,
                           source_url=video.frame_url(r.frame_index)) for r in extraction.rejected]
     records = []

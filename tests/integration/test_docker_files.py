@@ -56,8 +56,14 @@ def requirement(name: str) -> Requirement:
     raise AssertionError(f"{name} is not a dependency in pyproject.toml")
 
 
-def exact_pin(name: str) -> str:
-    (spec,) = requirement(name).specifier
+def extra_requirements(extra: str) -> list[Requirement]:
+    return [Requirement(line) for line in pyproject()["project"]["optional-dependencies"][extra]]
+
+
+def exact_pin(name: str, extra: str) -> str:
+    """The ``==`` version of ``name`` in one extra of pyproject.toml."""
+    (req,) = [r for r in extra_requirements(extra) if r.name == name]
+    (spec,) = req.specifier
     assert spec.operator == "==", f"pyproject pins {name} with {spec}, expected =="
     return spec.version
 
@@ -239,23 +245,35 @@ def test_deploy_service_creates_the_pools_and_deploys_all():
 # --- Dockerfiles vs pyproject ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", sorted(DOCKERFILES))
-def test_torch_pins_match_pyproject(kind):
-    path = DOCKERFILES[kind]
+def test_torch_is_an_extra_with_one_pin_everywhere():
+    core = {Requirement(line).name for line in pyproject()["project"]["dependencies"]}
+    assert not core & {"torch", "torchvision", "ultralytics", "diffusers", "segment-anything", "transformers"}
+    for extra in ("torch", "sam", "diffusion", "train"):
+        assert (exact_pin("torch", extra), exact_pin("torchvision", extra)) == (exact_pin("torch", "sam"),
+                                                                              exact_pin("torchvision", "sam"))
+
+
+def test_gpu_image_pins_torch_as_the_extras_and_installs_them():
+    path = DOCKERFILES["gpu"]
     found = args(path)
-    assert found.get("TORCH_VERSION") == exact_pin("torch")
-    assert found.get("TORCHVISION_VERSION") == exact_pin("torchvision")
+    assert found.get("TORCH_VERSION") == exact_pin("torch", "sam")
+    assert found.get("TORCHVISION_VERSION") == exact_pin("torchvision", "sam")
     run = run_lines(path)
     assert '"torch==${TORCH_VERSION}"' in run and '"torchvision==${TORCHVISION_VERSION}"' in run
     hardcoded = re.findall(r"torch(?:vision)?==\d", run)
     assert not hardcoded, f"{path.name} pins torch outside the ARGs: {hardcoded}"
+    assert 'pip install ".[all]"' in run  # train-evaluate needs Ultralytics; SAM/diffusion galleries their stacks
+    assert "whl/cpu" not in run
+    assert args(path)["CUDA_IMAGE"].startswith("nvidia/cuda:")
+    assert ("FROM", "${CUDA_IMAGE}") in instructions(path)
 
 
-def test_cpu_image_takes_torch_from_the_cpu_index_and_gpu_image_does_not():
-    assert "download.pytorch.org/whl/cpu" in run_lines(DOCKERFILES["cpu"])
-    assert "whl/cpu" not in run_lines(DOCKERFILES["gpu"])
-    assert args(DOCKERFILES["gpu"])["CUDA_IMAGE"].startswith("nvidia/cuda:")
-    assert ("FROM", "${CUDA_IMAGE}") in instructions(DOCKERFILES["gpu"])
+def test_cpu_image_is_the_core_install_without_torch():
+    path = DOCKERFILES["cpu"]
+    run = run_lines(path)
+    assert re.search(r'pip install \.\s', run) and "[" not in run.split("pip install", 1)[1].split("&&")[0]
+    assert "torch" not in "".join(args(path)) and "download.pytorch.org" not in run
+    assert "find_spec('torch') is None" in run  # the image build itself checks torch is absent
 
 
 def top_level_packages() -> set[str]:
@@ -275,7 +293,7 @@ def test_dockerfiles_copy_every_package_and_the_deployment_files(kind):
     assert needed <= sources, f"{DOCKERFILES[kind].name} does not copy {needed - sources}"
     for source in sources:
         assert (ROOT / source).exists(), f"{DOCKERFILES[kind].name} copies {source}, which does not exist"
-    assert re.search(r'pip install \.\s', run_lines(DOCKERFILES[kind])), "the package is not installed from ."
+    assert re.search(r'pip install (\.\s|"\.\[)', run_lines(DOCKERFILES[kind])), "the package is not installed from ."
 
 
 @pytest.mark.parametrize("kind", sorted(DOCKERFILES))

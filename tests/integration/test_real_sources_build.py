@@ -8,12 +8,12 @@ import cv2
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from media import H, W, write_video_folder
+from media import H, W, cab_frames, write_bomb_png, write_video, write_video_folder
 
-from synrail import gallery as gallery_stage
 from synrail.config import load_config
 from synrail.export.validate import validate_dataset
 from synrail.segment.grabcut import GrabCutSegmenter
+from synrail.stages import gallery as gallery_stage
 from synrail.stages.local import build_in_process
 from synrail.storage.store import Store
 
@@ -66,7 +66,7 @@ def test_video_backgrounds_build_a_valid_dataset_and_quarantine_the_bad_video(vi
     quarantine = pq.read_table(out / "manifest/quarantine.parquet").to_pylist()
     assert [Path(q["url"]).name for q in quarantine] == ["broken.mp4"] and quarantine[0]["reason"]
     card = (out / "dataset_card.md").read_text()
-    assert "videos quarantined: 1" in card and "broken.mp4" in card and "frames of cab videos" in card
+    assert "1 file(s) quarantined" in card and "broken.mp4" in card and "frames of cab videos" in card
 
 
 def test_dataset_galleries_build_and_rerun_without_segmenter_calls(tmp_path, monkeypatch):
@@ -139,3 +139,44 @@ def test_diffusion_gallery_generates_once_and_keeps_provenance(tmp_path, monkeyp
     assert len(result.records) + len(result.skipped) == 4
     gallery_stage.prepare_gallery_source(cfg, 0, Store(str(tmp_path / "cache")))
     assert sum(calls) == 4  # the rerun found every image in the diffusion cache
+
+
+def test_a_corrupt_video_leaves_no_split_empty_when_a_good_one_exists(tmp_path):
+    """Splits are assigned over the videos that yielded frames: with one good video for two splits,
+    time blocks of it feed both (before, the corrupt video got a split of its own, which stayed empty)."""
+    videos = tmp_path / "videos"
+    write_video(videos.mkdir() or videos / "good.avi", cab_frames(7, 6))
+    (videos / "bad.mp4").write_bytes(b"\x00not a video at all" * 50)
+    cfg = load_config(ROOT / "configs/tiny.yaml", {
+        "num_images": 6, "image.width": W, "image.height": H, "splits": {"train": 0.5, "val": 0.5, "test": 0.0},
+        "backgrounds.source": "video", "backgrounds.video": {"url": str(videos), "sampling": {"fps": 2.0}}})
+    build_in_process(cfg, str(tmp_path / "out"))
+    backgrounds = pq.read_table(tmp_path / "out/manifest/backgrounds.parquet").to_pylist()
+    assert {b["split"] for b in backgrounds} == {"train", "val"}
+    assert {b["source"] for b in backgrounds} == {"video:good.avi"}
+
+
+def test_bombs_and_oversized_frames_are_quarantined_and_the_card_groups_them(video_folder, tmp_path):
+    carts = rgba_fixture(tmp_path / "carts")
+    for k in range(3):
+        write_bomb_png(carts / f"bomb{k}.png")
+    cfg = load_config(ROOT / "configs/tiny.yaml", {
+        "num_images": 6, "classes": ["vehicle"], "image.width": W, "image.height": H,
+        "gallery.sources": [{"type": "rgba", "root": str(carts), "class_name": "vehicle", "height_m": [1.2, 1.8]}],
+        "backgrounds.source": "video", "backgrounds.video": {"url": str(video_folder), "sampling": {"fps": 2.0}},
+        "inputs.max_image_pixels": W * H})
+    build_in_process(cfg, str(tmp_path / "out"))
+    rows = pq.read_table(tmp_path / "out/manifest/quarantine.parquet").to_pylist()
+    assert sorted(Path(r["url"]).name for r in rows if "over inputs.max_image_pixels" in r["reason"]) == [
+        "bomb0.png", "bomb1.png", "bomb2.png"]
+    card = (tmp_path / "out/dataset_card.md").read_text()
+    lines = [line for line in card.splitlines() if "over inputs.max_image_pixels" in line]
+    reason = "unreadable image: declares N pixels = N MP, over inputs.max_image_pixels (N MP)"
+    # one line per kind for the three bombs (the files, and the candidates they held), a count, one example
+    assert [line.split(" | ")[:3] for line in lines] == [["| file quarantined", reason, "3"],
+                                                         ["| obstacle skipped", reason, "3"]]
+    assert "bomb0.png" in lines[0] and "bomb1.png" not in card
+
+    small = cfg.model_copy(update={"inputs": cfg.inputs.model_copy(update={"max_image_pixels": W * H - 1})})
+    with pytest.raises(ValueError, match="no usable background"):  # every video's frames are over the limit now
+        build_in_process(small, str(tmp_path / "out-small"))

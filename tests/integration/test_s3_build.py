@@ -48,6 +48,8 @@ def test_build_from_a_video_bucket_into_a_dataset_bucket(s3_env, tmp_path):
     out = f"s3://{BUCKET}/datasets/tiny"
     first = synrail(env, "build", "--config", str(config_path), "--out", out, "--no-progress")
     assert first.returncode == 0, first.stdout + first.stderr
+    checked = synrail(env, "validate", "--out", out)  # every command takes the same URLs as build
+    assert checked.returncode == 0 and "0 problem(s)" in checked.stderr, checked.stdout + checked.stderr
     stamps = {p: fs.info(p)["LastModified"] for p in fs.find(f"{BUCKET}/datasets/tiny/images")}
     assert len(stamps) == 10
     assert fs.exists(f"{BUCKET}/datasets/tiny/.synrail/cache/prefect")  # task results live in the bucket too

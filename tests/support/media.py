@@ -38,3 +38,19 @@ def write_video_folder(folder: Path) -> Path:
     (folder / "broken.mp4").write_bytes(b"\x00not a video at all" * 50)
     (folder / "meta.csv").write_text("video,weather,track_type\nline0.avi,rain,ballasted\n")
     return folder
+
+
+def write_bomb_png(path: Path, width: int = 60000, height: int = 60000) -> Path:
+    """A valid PNG header declaring ``width`` x ``height`` RGBA pixels, with one tiny zlib stream of
+    data: a few hundred bytes that would take width * height * 4 bytes to decode (a decompression bomb)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)  # 8-bit RGBA
+    rows = zlib.compress(b"\x00" * (1 + 4 * 64), 9)  # the first row's start only
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", rows) + chunk(b"IEND", b""))
+    return path

@@ -466,3 +466,74 @@ def test_a_candidate_without_prompt_or_mask_is_skipped(objects365, tmp_path):
     cutouts, skipped = extract_cutouts([bare], segmenter, FakeMaskCache([]), Store(str(tmp_path / "cache")))
     assert not cutouts and skipped == [Skipped("x:1", "no prompt and no mask")]
     assert segmenter.calls == 0
+
+
+# -- decompression bombs -------------------------------------------------------------------------
+from media import write_bomb_png  # noqa: E402
+
+from synrail.sources.gallery_sources import unsafe_textures  # noqa: E402
+from synrail.sources.image_safety import declared_size, decode_or_reason  # noqa: E402
+from synrail.stages.gallery import quarantined_files  # noqa: E402
+
+
+def _bomb_reason(reason: str) -> bool:
+    return reason.startswith("unreadable") and "3600 MP, over inputs.max_image_pixels (100 MP)" in reason
+
+
+def test_a_bomb_declares_its_size_in_a_few_bytes_and_opencv_alone_would_stop_on_it(tmp_path):
+    bomb = write_bomb_png(tmp_path / "bomb.png").read_bytes()
+    assert len(bomb) < 1000 and "3600000000 pixels" in declared_size(bomb)  # Pillow refuses it too
+    assert declared_size(write_bomb_png(tmp_path / "big.png", 12000, 10000).read_bytes()) == (12000, 10000)
+    assert "12000x10000 = 120 MP" in decode_or_reason((tmp_path / "big.png").read_bytes())
+    with pytest.raises(cv2.error):  # what stopped whole builds: CV_IO_MAX_IMAGE_PIXELS
+        cv2.imdecode(np.frombuffer(bomb, np.uint8), cv2.IMREAD_UNCHANGED)
+    assert "3600 MP, over inputs.max_image_pixels (100 MP)" in decode_or_reason(bomb)
+    small = cv2.imencode(".png", _noise_image(20, 30, 0))[1].tobytes()
+    assert decode_or_reason(small).shape == (20, 30, 3)
+    assert "over inputs.max_image_pixels (0.0005 MP)" in decode_or_reason(small, max_pixels=500)
+    assert decode_or_reason(b"\x89PNG not one") == "not a decodable image"
+
+
+def test_a_bomb_in_an_rgba_folder_is_quarantined(rgba_folder):
+    write_bomb_png(rgba_folder / "bomb.png")
+    candidates, skipped = read_rgba_folder(rgba_folder, "unseen_obstacle", (0.4, 0.9))
+    assert "rgba:bomb.png" not in {c.instance_key for c in candidates} and len(candidates) == 2
+    (row,) = [s for s in skipped if s.instance_key == "rgba:bomb.png"]
+    assert _bomb_reason(row.reason) and row.url.endswith("bomb.png")
+    assert [q.url for q in quarantined_files(skipped) if q.url.endswith("bomb.png")] == [row.url]
+
+
+def test_a_bomb_in_rock_folders_is_quarantined(rocks):
+    write_bomb_png(rocks / "granite" / "bomb.png")
+    candidates, skipped = read_rock_folders(rocks)
+    assert len(candidates) == 3 and _bomb_reason(_reasons(skipped)["rocks:granite/bomb.png"])
+
+
+def test_bombs_among_coco_and_pennfudan_images_and_masks_are_quarantined(objects365, pennfudan, tmp_path):
+    ann_path, images_dir = objects365
+    write_bomb_png(images_dir / "patch0" / "obj365_val_2.jpg")  # a PNG under a .jpg name, as uploads go
+    write_bomb_png(pennfudan / "PNGImages" / "FudanPed00001.png")
+    coco, _ = read_coco_instances(ann_path, images_dir, CLASS_MAP)
+    peds, _ = read_pennfudan(pennfudan)
+    cutouts, skipped = extract_cutouts([*coco, *peds], FakeSegmenter(), FakeMaskCache([]),
+                                       Store(str(tmp_path / "cache")))
+    reasons = _reasons(skipped)
+    assert _bomb_reason(reasons["objects365:8"]) and _bomb_reason(reasons["pennfudan:FudanPed00001#1"])
+    assert "objects365:1" in {c.instance_key for c in cutouts}  # the good image is still cut out
+    bombs = {q.url.rsplit("/", 1)[-1] for q in quarantined_files(skipped) if _bomb_reason(q.reason)}
+    assert bombs == {"obj365_val_2.jpg", "FudanPed00001.png"}
+
+    write_bomb_png(pennfudan / "PedMasks" / "FudanPed00001_mask.png")  # a bomb of a mask: read while listing
+    _, skipped = read_pennfudan(pennfudan)
+    (row,) = [s for s in skipped if s.instance_key == "pennfudan:FudanPed00001"]
+    assert "3600 MP" in row.reason and row.url.endswith("FudanPed00001_mask.png")
+
+
+def test_a_bomb_among_dtd_textures_is_passed_over_and_reported(tmp_path):
+    good = _write(tmp_path / "dtd" / "images" / "banded" / "banded_0001.jpg", _noise_image(40, 40, 3))
+    write_bomb_png(tmp_path / "dtd" / "images" / "banded" / "banded_0002.jpg")
+    (row,) = unsafe_textures(tmp_path / "dtd")
+    assert _bomb_reason(row.reason) and row.url.endswith("banded_0002.jpg")
+    draw = dtd_texture_loader(read_dtd_textures(tmp_path / "dtd"))
+    for seed in range(4):  # whichever texture a draw starts at, the bomb is passed over, never decoded
+        assert draw(np.random.default_rng(seed)).shape == cv2.imread(str(good)).shape

@@ -34,6 +34,7 @@ SECTION_CHANGES: dict[str, dict[str, Any]] = {
     "weather": {"weather.mix": {"none": 0.5, "rain": 0.5}},
     "quality": {"quality": {"threshold": 0.9, "max_resamples": 1}},
     "ingest": {"ingest.images_per_video": 7},
+    "inputs": {"inputs.max_image_pixels": 50_000_000},
 }
 
 
