@@ -28,6 +28,7 @@ import cv2  # noqa: E402
 
 from synrail import pipeline  # noqa: E402
 from synrail.compose.harmonizers import HARMONIZER_NAMES  # noqa: E402
+from synrail.compose.shadows import ShadowConfig  # noqa: E402
 from synrail.config import load_config  # noqa: E402
 from synrail.stages.local import build_in_process  # noqa: E402
 from synrail.storage.store import Store  # noqa: E402
@@ -51,8 +52,9 @@ def composition_vs_floor(n: int, work: Path, harmonize: str | None) -> None:
     # issue 2's measure: paste + harmonize; the realism effects (shadows, weather, quality control)
     # are timed on their own below
     cfg = load_config(ROOT / "configs/default.yaml", {
-        "num_images": n, "compose.obstacles_per_image": [1, 3], "compose.shadows": False,
-        "weather.mix": {"none": 1.0}, "quality": None, **({"compose.harmonize": harmonize} if harmonize else {})})
+        "num_images": n, "compose.obstacles_per_image": [1, 3], "compose.shadow": None,
+        "weather.mix": {"none": 1.0}, "quality": None,
+        **({"compose.harmonize": None if harmonize == "none" else {"backend": harmonize}} if harmonize else {})})
     cache = Store(str(work / "cache"))
     backgrounds, gallery = prepare_inputs(cfg, cache)
     rates = []
@@ -71,9 +73,10 @@ def composition_vs_floor(n: int, work: Path, harmonize: str | None) -> None:
         pipeline.annotation_rows(index, composed.composite, cfg)
     compose_rate = n / (time.perf_counter() - started)
     effects = {}
-    for name, update in [("+ shadows", {"compose": cfg.compose.model_copy(update={"shadows": True})}),
+    with_shadows = cfg.compose.model_copy(update={"shadow": ShadowConfig()})
+    for name, update in [("+ shadows", {"compose": with_shadows}),
                          ("+ shadows, default weather mix and quality control",
-                          {"compose": cfg.compose.model_copy(update={"shadows": True}),
+                          {"compose": with_shadows,
                            "weather": load_config(ROOT / "configs/default.yaml").weather,
                            "quality": load_config(ROOT / "configs/default.yaml").quality})]:
         started = time.perf_counter()
@@ -87,8 +90,8 @@ def composition_vs_floor(n: int, work: Path, harmonize: str | None) -> None:
         image = pipeline.decode_image(data, cv2.IMREAD_COLOR, "benchmark image")
         pipeline.encode_image(image, ".jpg", params)
     floor_rate = len(jpegs) / (time.perf_counter() - started)
-    print(f"composition, 1 core, {cfg.image.width}x{cfg.image.height}, 1-3 obstacles, "
-          f"harmonize={cfg.compose.harmonize} "
+    backend = cfg.compose.harmonize.backend if cfg.compose.harmonize else "none"
+    print(f"composition, 1 core, {cfg.image.width}x{cfg.image.height}, 1-3 obstacles, harmonize={backend} "
           f"(compose + JPEG encode + RLE labels, in memory): {compose_rate:.1f} images/s")
     print(f"JPEG decode+encode floor, same images, same run: {floor_rate:.1f} images/s")
     print(f"  composition / floor = {compose_rate / floor_rate:.2f}  (target >= 0.50)")

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from synrail.config import BuildConfig, ComposeConfig, set_dotted
-
-DEFAULT_HARMONIZER = ComposeConfig.model_fields["harmonize"].default  # for a base config that has none
+from synrail.config import DEFAULT_HARMONIZE, BuildConfig, set_dotted
 
 # variant -> (harmonize, metric rescale, random texture); the paper's rows 1-5
 TABLE7_VARIANTS: dict[str, tuple[bool, bool, bool]] = {
@@ -25,8 +23,8 @@ def ablation_variants(base: BuildConfig, shared_cache_url: str) -> dict[str, Bui
     for name, (harmony, rescale, texture) in TABLE7_VARIANTS.items():
         data: dict[str, Any] = base.model_dump(mode="json")
         set_dotted(data, "name", f"{base.name}-{name}")
-        harmonizer = base.compose.harmonize if base.compose.harmonize != "none" else DEFAULT_HARMONIZER
-        set_dotted(data, "compose.harmonize", harmonizer if harmony else "none")
+        harmonizer = base.compose.harmonize or DEFAULT_HARMONIZE  # a base without harmonization gets the default
+        set_dotted(data, "compose.harmonize", harmonizer.model_dump(mode="json") if harmony else None)
         set_dotted(data, "compose.scale", "metric" if rescale else "linear")
         set_dotted(data, "gallery.random_texture", texture)
         set_dotted(data, "execution.cache_url", shared_cache_url)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -221,6 +223,121 @@ class LinearScaleConfig(Section):
         return _ordered(value, info.field_name)
 
 
+class DeprecatedConfigKey(FutureWarning):
+    """A config key that still works for one release; the message names the form that replaces it.
+    A FutureWarning, so Python shows it to whoever runs a build, not only to developers."""
+
+
+def _deprecated(message: str) -> None:
+    logging.getLogger(__name__).warning(message)
+    warnings.warn(message, DeprecatedConfigKey, stacklevel=2)
+
+
+class _HarmonizeBackend(Section):
+    """One harmonization backend and its options (``synrail.compose.harmonizers``' constructor arguments)."""
+
+    def harmonizer_options(self) -> dict[str, Any]:
+        """The keyword arguments of ``make_harmonizer(self.backend, ...)``."""
+        return self.model_dump(exclude={"backend"})
+
+
+class LocalHarmonizeConfig(_HarmonizeBackend):
+    """``local``: white points (exposure posterior, colour cast, part of the contrast)."""
+
+    backend: Literal["local"]
+    exposure_range: float = Field(default=0.6, gt=0, description="half-width of the exposure prior (log)")
+    scene_spread: float = Field(default=0.3, gt=0, description="scale of the scene's own difference (log)")
+    cast_strength: float = Field(default=0.5, ge=0, le=1)
+    contrast_share: float = Field(default=0.3, ge=0, le=1)
+    percentile: float = Field(default=99.0, gt=50, le=100, description="white point percentile")
+
+
+class RingHarmonizeConfig(LocalHarmonizeConfig):
+    """``ring``: ``local``, then the ring's Lab statistics by posterior share (prior range, scene spread)."""
+
+    backend: Literal["ring"]
+    cast_strength: float = Field(default=1.0, ge=0, le=1)
+    cast_prior: tuple[float, float] = (0.4, 0.2)
+    lightness: tuple[float, float] = (40.0, 30.0)
+    chroma: tuple[float, float] = (10.0, 8.0)
+    spread: tuple[float, float] = (0.3, 0.3)
+    ring_share: float = Field(default=0.3, gt=0, le=2, description="ring width / object height")
+
+
+class LabHarmonizeConfig(_HarmonizeBackend):
+    """``lab``: partial Reinhard transfer from the ring (the first default)."""
+
+    backend: Literal["lab"]
+    strength: float = Field(default=0.6, ge=0, le=1)
+
+
+class PoissonHarmonizeConfig(_HarmonizeBackend):
+    backend: Literal["poisson"]
+    mode: Literal["normal", "mixed"] = "normal"
+    band_px: int = Field(default=2, ge=1)
+
+
+class _LearnedHarmonizeConfig(_HarmonizeBackend):
+    """A learned model of yours, exported to ``harmonizers.LEARNED_CONTRACT`` (README, "Learned harmonization")."""
+
+    model: str = Field(description="the model file")
+    batch_size: int = Field(default=8, ge=1)
+    input_size: tuple[int, int] | None = Field(default=None, description="(height, width) the model expects")
+
+    def harmonizer_options(self) -> dict[str, Any]:
+        options = super().harmonizer_options()
+        return {"path": options.pop("model"), **options}
+
+
+class TorchScriptHarmonizeConfig(_LearnedHarmonizeConfig):
+    backend: Literal["torchscript"]
+    device: str | None = Field(default=None, description="default: cuda when available, else cpu")
+
+
+class OnnxHarmonizeConfig(_LearnedHarmonizeConfig):
+    backend: Literal["onnx"]
+    providers: tuple[str, ...] | None = Field(default=None, description="default: CUDA when onnxruntime has it")
+
+
+HarmonizeConfig = Annotated[RingHarmonizeConfig | LocalHarmonizeConfig | LabHarmonizeConfig
+                            | PoissonHarmonizeConfig | TorchScriptHarmonizeConfig | OnnxHarmonizeConfig,
+                            Field(discriminator="backend")]
+DEFAULT_HARMONIZE = RingHarmonizeConfig(backend="ring")  # chosen by benchmarks/harmonize.py --iharmony
+_OLD_LEARNED = ("torchscript", "onnx")
+
+
+def _upgrade_flat_harmonize(data: dict[str, Any]) -> None:
+    """Old flat keys (``harmonize: lab``, ``harmonize_strength``, ``harmonize_model``) -> the union, in place."""
+    strength, model = data.pop("harmonize_strength", None), data.pop("harmonize_model", None)
+    name = data.get("harmonize")
+    if not isinstance(name, str):
+        if strength is not None or model is not None:
+            _deprecated("compose.harmonize_strength and compose.harmonize_model are deprecated and ignored beside "
+                        "compose.harmonize: {backend: ...}; give the options inside it (strength: for lab, "
+                        "model: for torchscript/onnx)")
+        return
+    new: dict[str, Any] | None = None if name == "none" else {"backend": name}
+    if new is not None and name == "lab" and strength is not None:
+        new["strength"] = strength
+    if new is not None and name in _OLD_LEARNED and model is not None:
+        new["model"] = model
+    replacement = "null" if new is None else "{" + ", ".join(f"{k}: {v}" for k, v in new.items()) + "}"
+    _deprecated(f"compose.harmonize: {name} (with compose.harmonize_strength / harmonize_model) is deprecated "
+                f"and will be removed in the next release; write compose.harmonize: {replacement}")
+    data["harmonize"] = new
+
+
+def _upgrade_shadows_flag(data: dict[str, Any]) -> None:
+    """Old ``shadows: bool`` beside ``shadow:`` -> ``shadow: null`` (off) or ``shadow:`` as given (on), in place."""
+    if "shadows" not in data:
+        return
+    on = data.pop("shadows")
+    _deprecated(f"compose.shadows: {str(on).lower()} is deprecated and will be removed in the next release; "
+                + ("shadows are on while compose.shadow is set (drop the key)" if on else "write compose.shadow: null"))
+    if not on:
+        data["shadow"] = None
+
+
 class ComposeConfig(Section):
     obstacles_per_image: tuple[int, int] = (1, 3)
     distance_m: Range = (5.0, 75.0)
@@ -231,19 +348,22 @@ class ComposeConfig(Section):
     min_visible_px: int = Field(default=24, ge=1)
     min_height_px: int = Field(default=6, ge=1)
     feather_px: float = Field(default=1.5, ge=0, le=10)
-    harmonize: Literal["lab", "local", "poisson", "torchscript", "onnx", "none"] = "local"
-    harmonize_strength: float = Field(default=0.6, ge=0, le=1, description="for lab")
-    harmonize_model: str | None = Field(default=None, description="model file for torchscript / onnx")
-    shadows: bool = Field(default=True, description="soft contact shadows under pasted obstacles")
-    shadow: ShadowConfig = ShadowConfig()
+    harmonize: HarmonizeConfig | None = Field(default=DEFAULT_HARMONIZE, description=(
+        "{backend: ring|local|lab|poisson|torchscript|onnx, ...its options}, or null for none"))
+    shadow: ShadowConfig | None = Field(default=ShadowConfig(), description="contact shadows; null for none")
     match_camera: bool = Field(default=True, description="match blur and noise to real frames")
     max_attempts: int = Field(default=20, ge=1, description="placement tries per obstacle")
 
-    @model_validator(mode="after")
-    def _learned_needs_a_model(self) -> ComposeConfig:
-        if self.harmonize in ("torchscript", "onnx") and not self.harmonize_model:
-            raise ValueError(f"compose.harmonize {self.harmonize!r} needs compose.harmonize_model (a model file)")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_old_keys(cls, data: Any) -> Any:
+        """Old flat keys still load, for one release, with a ``DeprecatedConfigKey`` warning naming the new form."""
+        if isinstance(data, dict) and ({"harmonize_strength", "harmonize_model", "shadows"} & data.keys()
+                                       or isinstance(data.get("harmonize"), str)):
+            data = dict(data)
+            _upgrade_flat_harmonize(data)
+            _upgrade_shadows_flag(data)
+        return data
 
     @field_validator("obstacles_per_image")
     @classmethod

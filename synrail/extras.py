@@ -68,10 +68,11 @@ def config_needs(cfg: BuildConfig) -> list[ExtraNeed]:
             needs.append(ExtraNeed(f"gallery.sources[{index}].type", "diffusion"))
         if isinstance(source, RockFolderSource) and source.detector_weights:
             needs.append(ExtraNeed(f"gallery.sources[{index}].detector_weights", "train"))
-    if cfg.compose.harmonize == "torchscript":
-        needs.append(ExtraNeed("compose.harmonize", "torch"))
-    if cfg.compose.harmonize == "onnx":
-        needs.append(ExtraNeed("compose.harmonize", "onnx"))
+    backend = cfg.compose.harmonize.backend if cfg.compose.harmonize else None
+    if backend == "torchscript":
+        needs.append(ExtraNeed("compose.harmonize.backend", "torch"))
+    if backend == "onnx":
+        needs.append(ExtraNeed("compose.harmonize.backend", "onnx"))
     if cfg.execution.task_runner == "ray":
         needs.append(ExtraNeed("execution.task_runner", "ray"))
     return needs

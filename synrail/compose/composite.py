@@ -14,14 +14,13 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from synrail.compose.harmonize import harmonize_lab, ring_pixels
 from synrail.compose.harmonizers import Harmonizer, make_harmonizer
 from synrail.compose.placement import GroundPoint, linear_pixel_width, metric_pixel_height, sample_ground_point
 from synrail.compose.shadows import contact_shadow, light_from_image, match_blur, match_noise
-from synrail.config import ComposeConfig
+from synrail.config import ComposeConfig, HarmonizeConfig
 from synrail.rail.geometry import CameraGeometry
 
-_RING_SHARE = 0.15  # harmonization ring width as a share of the object's height
+_CAMERA_RING_SHARE = 0.15  # width of the surroundings the camera's blur and noise are measured in
 
 
 @dataclass(frozen=True)
@@ -209,17 +208,45 @@ def drop_hidden(placements: Sequence[Placement], cfg: ComposeConfig) -> tuple[li
 
 
 @functools.lru_cache(maxsize=4)
-def _harmonizer(name: str, model: str | None) -> Harmonizer:
-    """Built once per process (a learned model loads once per worker); local and Poisson keep the
-    settings benchmarks/harmonize.py measured."""
-    return make_harmonizer(name, **({"path": model} if model else {}))
+def _harmonizer(config: HarmonizeConfig) -> Harmonizer:
+    """Built once per process and config (a learned model loads once per worker)."""
+    return make_harmonizer(config.backend, **config.harmonizer_options())
+
+
+def _window_around(window: WindowMask, margin: int, shape: tuple[int, int]) -> tuple[slice, slice]:
+    """The placement's in-image window grown by ``margin`` and cut at the image border."""
+    y0, x0 = window.top, window.left
+    y1, x1 = y0 + window.mask.shape[0], x0 + window.mask.shape[1]
+    return (slice(max(y0 - margin, 0), min(y1 + margin, shape[0])),
+            slice(max(x0 - margin, 0), min(x1 + margin, shape[1])))
+
+
+def harmonize_placement(canvas: np.ndarray, obj: np.ndarray, p: Placement, harmonizer: Harmonizer) -> np.ndarray:
+    """The object's colours (``obj``, the in-image crop of the cutout) harmonized to ``canvas`` around it.
+
+    Every backend runs the same way: on a window of the canvas as wide as it reads
+    (``context_px`` of the whole object's height), with the object hard-pasted in it, told the
+    object's full height (a cut object keeps the ring of a whole one). Only the object's own pixels
+    are taken back: Poisson's outer band is not pasted.
+    """
+    window, mask = p.in_image, p.in_image.mask
+    rows, cols = _window_around(window, harmonizer.context_px(p.mask.shape[0]), canvas.shape[:2])
+    inner = (slice(window.top - rows.start, window.top - rows.start + mask.shape[0]),
+             slice(window.left - cols.start, window.left - cols.start + mask.shape[1]))
+    composite = canvas[rows, cols].copy()
+    in_composite = np.zeros(composite.shape[:2], dtype=bool)
+    in_composite[inner] = mask
+    composite[in_composite] = obj[mask]
+    harmonized = harmonizer.harmonize(composite, in_composite, object_height=p.mask.shape[0])
+    out = obj.copy()
+    out[mask] = harmonized[inner][mask]
+    return out
 
 
 def _paste(canvas: np.ndarray, p: Placement, bg: SceneBackground, cfg: ComposeConfig,
            rng: np.random.Generator) -> None:
     """Light, harmonize, fog, add sensor noise and alpha-blend one placement into ``canvas`` in place
     (the paper's eq. 2)."""
-    height, width = canvas.shape[:2]
     window = p.in_image
     y0, x0 = window.top, window.left
     y1, x1 = y0 + window.mask.shape[0], x0 + window.mask.shape[1]
@@ -227,20 +254,11 @@ def _paste(canvas: np.ndarray, p: Placement, bg: SceneBackground, cfg: ComposeCo
     obj, mask = p.bgr[crop], window.mask
     if bg.illumination_bgr != (1.0, 1.0, 1.0):  # the scene's own light falls on the obstacle
         obj = cv2.transform(obj, np.diag(np.asarray(bg.illumination_bgr, dtype=np.float32)))  # saturating
-    ring = max(2, int(round(_RING_SHARE * p.mask.shape[0])))
-    ry0, ry1, rx0, rx1 = max(y0 - ring, 0), min(y1 + ring, height), max(x0 - ring, 0), min(x1 + ring, width)
-    if cfg.harmonize != "none":
-        ring_mask = np.zeros((ry1 - ry0, rx1 - rx0), dtype=bool)
-        ring_mask[y0 - ry0:y1 - ry0, x0 - rx0:x1 - rx0] = mask
-    if cfg.harmonize == "lab":
-        obj = harmonize_lab(obj, mask, ring_pixels(canvas[ry0:ry1, rx0:rx1], ring_mask, ring), cfg.harmonize_strength)
-    elif cfg.harmonize != "none":  # another backend, on the window with the object hard-pasted in it
-        window = canvas[ry0:ry1, rx0:rx1].copy()
-        window[ring_mask] = obj[mask]
-        harmonized = _harmonizer(cfg.harmonize, cfg.harmonize_model).harmonize(window, ring_mask)
-        obj = harmonized[y0 - ry0:y1 - ry0, x0 - rx0:x1 - rx0]  # Poisson's outer band is not pasted
+    if cfg.harmonize is not None:
+        obj = harmonize_placement(canvas, obj, p, _harmonizer(cfg.harmonize))
     if cfg.match_camera and bg.real_frame:  # the camera's defocus and noise, measured beside the paste
-        surroundings = bg.image[ry0:ry1, rx0:rx1]
+        surroundings = bg.image[_window_around(window, max(2, int(round(_CAMERA_RING_SHARE * p.mask.shape[0]))),
+                                               canvas.shape[:2])]
         obj = match_noise(match_blur(obj, surroundings, mask), surroundings, rng, mask)
     colour = obj.astype(np.float32)
     if bg.fog_beta > 0:  # the same atmosphere the background was seen through, at this distance
@@ -267,7 +285,8 @@ def compose_image(bg: SceneBackground, gallery: Mapping[str, Sequence[GalleryCut
     kept, visible = drop_hidden(placements, cfg) if placements else ([], [])
     canvas = bg.image.copy()
     effects = rng.spawn(1)[0]  # shadow draws never shift the placement and paste draws
-    light = bg.light_deg or light_from_image(bg.image, cfg.shadow, bg.geometry) if kept and cfg.shadows else None
+    light = (bg.light_deg or light_from_image(bg.image, cfg.shadow, bg.geometry)
+             if kept and cfg.shadow is not None else None)
     for p in kept:
         if light is not None and bg.shadow_scale > 0:
             strength = effects.uniform(*cfg.shadow.strength) * bg.shadow_scale

@@ -1,16 +1,22 @@
 """Harmonization backends behind one interface: a pasted object in, the same image with its colours matched out.
 
-A harmonizer gets a composite (the whole image, or a window of it) and the bool mask of the pasted
-object's pixels, and returns a new image in which only masked pixels differ — except
+A harmonizer gets a composite (the whole image, or a window of it), the bool mask of the pasted
+object's pixels and, optionally, the object's full height in pixels (its scale when the mask is cut
+by the image border), and returns a new image in which only masked pixels differ — except
 ``PoissonHarmonizer``, which also fades its solution into a band of ``band_px`` pixels around the
-mask so that no step remains at the object's edge. Backends:
+mask so that no step remains at the object's edge. ``context_px`` says how much of the surroundings
+a backend reads, so a caller can hand it a window instead of the whole image. Backends (the
+computations are the pure functions of ``harmony_kernels``):
 
-- ``GlobalLabHarmonizer``: the first default (``harmonize.harmonize_lab`` from a ring of background).
-- ``LocalStatsHarmonizer`` (the default): exposure and colour cast matched to the ring's white point
-  (von Kries; the exposure from a posterior that discounts a scene unlike its object), contrast
-  partly to the ring's.
+- ``RingHarmonizer`` (the default): ``local``'s white-point correction, then the ring's Lab
+  statistics transferred per channel, each by how plausible the object-to-ring difference is as a
+  mismatch (an object whose colour is its own keeps it).
+- ``GlobalLabHarmonizer``: the first default (``harmonize_lab`` from a ring of background).
+- ``LocalStatsHarmonizer``: exposure and colour cast matched to the ring's white point (von Kries;
+  the exposure from a posterior that discounts a scene unlike its object), contrast partly to the ring's.
 - ``PoissonHarmonizer``: gradient-domain blending (``cv2.seamlessClone``).
-- ``TorchScriptHarmonizer`` / ``OnnxHarmonizer``: a user-supplied learned model (none is bundled).
+- ``TorchScriptHarmonizer`` / ``OnnxHarmonizer``: a user-supplied learned model (none is bundled);
+  the contract it must be exported to is ``LEARNED_CONTRACT`` (and the README).
 
 ``make_harmonizer`` builds one by name; ``"none"`` gives None (paste as is).
 """
@@ -19,68 +25,95 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import cv2
 import numpy as np
-from scipy import special
 
-from synrail.compose.harmonize import harmonize_lab, ring_pixels
+from synrail.compose.harmony_kernels import (
+    dilate,
+    fill_from_nearest,
+    harmonize_lab,
+    lab_to_bgr,
+    mask_height,
+    mask_window,
+    ring_mask,
+    ring_pixels,
+    ring_statistics_transfer,
+    ring_width,
+    smooth_fill,
+    subsample,
+    to_lab,
+    white_point_correction,
+)
 
-_RING_SHARE = 0.15  # default ring width as a share of the object's height, as composite._paste uses
+RING_SHARE = 0.15  # ring width as a share of the object's height (lab, local; poisson's context)
 _MIN_RING_PX = 8  # fewer background pixels than this are no statistics
-_EPS = 1e-3
-_CONTRAST_LIMITS = (0.7, 1.4)  # as harmonize.py: never flatten or blow up an object's own texture
 _SEAMLESS_CLONE_ERODES_PX = 3  # seamlessClone erodes its mask 3 px before using the source's gradients
 _POISSON_FILL_CELLS = 16  # resolution of the background guessed behind an object (mixed mode's guidance)
-_CLIPPED_WHITE = 0.97  # an object white point this close to 1 may be clipped: it bounds the exposure only
-_EXPOSURE_GRID = 241  # points of the exposure posterior
-_SCENE_TAIL_DOF = 3.0
 
 
-class Harmonizer(Protocol):
-    """Matches a pasted object to its surroundings. Inherit from it to get the looping batch."""
+class Harmonizer:
+    """Matches a pasted object to its surroundings. Subclasses implement ``harmonize``; the batch loops."""
 
-    name: str
+    name: str = "harmonizer"
+    ring_share: float = RING_SHARE
 
-    def harmonize(self, composite_bgr: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def context_px(self, object_height: int) -> int:
+        """How far beyond the object's bounding box this backend reads the surroundings, for an
+        object ``object_height`` pixels tall."""
+        return ring_width(object_height, self.ring_share)
+
+    def harmonize(self, composite_bgr: np.ndarray, mask: np.ndarray, object_height: int | None = None) -> np.ndarray:
         """``composite_bgr`` (H x W x 3 uint8) with the object ``mask`` (H x W bool) harmonized, as a new
-        array; pixels outside ``mask`` keep their values (Poisson: outside mask and band)."""
-        ...
+        array; pixels outside ``mask`` keep their values (Poisson: outside mask and band).
+        ``object_height``: the whole object's height in pixels (default: the mask's)."""
+        raise NotImplementedError
 
     def harmonize_batch(self, composites: Sequence[np.ndarray], masks: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """``harmonize`` on each (composite, mask) pair."""
         return [self.harmonize(image, mask) for image, mask in zip(composites, masks, strict=True)]
 
+    def _ring_px(self, mask: np.ndarray, object_height: int | None) -> int:
+        return ring_width(object_height or mask_height(mask), self.ring_share)
 
-# --- shared geometry -------------------------------------------------------------------------------
 
 def default_ring_px(mask: np.ndarray) -> int:
-    """Ring width for an object: a share of its height in the image, at least 2 px."""
-    rows = np.flatnonzero(mask.any(axis=1))
-    return max(2, int(round(_RING_SHARE * (rows[-1] - rows[0] + 1)))) if rows.size else 2
-
-
-def mask_window(mask: np.ndarray, margin: int) -> tuple[slice, slice]:
-    """The mask's bounding box grown by ``margin`` and cut at the image border."""
-    rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
-    height, width = mask.shape
-    return (slice(max(rows[0] - margin, 0), min(rows[-1] + 1 + margin, height)),
-            slice(max(cols[0] - margin, 0), min(cols[-1] + 1 + margin, width)))
-
-
-def ring_mask(mask: np.ndarray, width_px: int) -> np.ndarray:
-    """Background pixels within ``width_px`` of ``mask`` (the same pixels ``harmonize.ring_pixels`` returns)."""
-    kernel = cv2.getStructuringElement(cv2.MORPH_RECT, (2 * width_px + 1, 2 * width_px + 1))
-    return cv2.dilate(mask.astype(np.uint8), kernel).astype(bool) & ~mask
+    """Ring width for an object: ``RING_SHARE`` of its height in the image, at least 2 px."""
+    return ring_width(mask_height(mask), RING_SHARE)
 
 
 # --- classical -------------------------------------------------------------------------------------
 
+class _RingStatistics(Harmonizer):
+    """A backend that corrects the object's pixels from those of a ring of background around it."""
+
+    def __init__(self, ring_px: int | None) -> None:
+        self.ring_px = ring_px
+
+    def harmonize(self, composite_bgr: np.ndarray, mask: np.ndarray, object_height: int | None = None) -> np.ndarray:
+        out = composite_bgr.copy()
+        if not mask.any():
+            return out
+        ring_px = self.ring_px or self._ring_px(mask, object_height)
+        window = mask_window(mask, ring_px)
+        image, object_mask = composite_bgr[window], mask[window]
+        ring = image[ring_mask(object_mask, ring_px)]
+        if len(ring) < _MIN_RING_PX:
+            return out
+        out[window][object_mask] = self._corrected(image[object_mask], ring)
+        return out
+
+    def _corrected(self, obj: np.ndarray, ring: np.ndarray) -> np.ndarray:
+        """The object's N x 3 uint8 BGR pixels corrected from the ring's M x 3."""
+        raise NotImplementedError
+
+
 class GlobalLabHarmonizer(Harmonizer):
     """Lab statistics transfer: ``harmonize_lab`` toward the statistics of a ring of background.
 
-    Gives exactly what ``composite._paste`` gives when called with the same ring width (``_paste``
-    uses 15 % of the whole cutout's height; ``ring_px=None`` uses 15 % of the mask's height in view).
+    The ring is ``RING_SHARE`` of the object's height wide (of ``object_height`` when given: the
+    compositor passes the whole cutout's, so a cut object keeps its ring), or ``ring_px``.
     """
 
     name = "lab"
@@ -89,20 +122,21 @@ class GlobalLabHarmonizer(Harmonizer):
         self.strength = strength
         self.ring_px = ring_px
 
-    def harmonize(self, composite_bgr: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def harmonize(self, composite_bgr: np.ndarray, mask: np.ndarray, object_height: int | None = None) -> np.ndarray:
         out = composite_bgr.copy()
         if not mask.any():
             return out
-        ring_px = self.ring_px or default_ring_px(mask)
+        ring_px = self.ring_px or self._ring_px(mask, object_height)
         window = mask_window(mask, ring_px)
         image, object_mask = composite_bgr[window], mask[window]
         out[window] = harmonize_lab(image, object_mask, ring_pixels(image, object_mask, ring_px), self.strength)
         return out
 
 
-class LocalStatsHarmonizer(Harmonizer):
-    """Von Kries correction toward the light of the paste site: the object's exposure and colour cast
-    are matched to the ring of background around it by their white points.
+class LocalStatsHarmonizer(_RingStatistics):
+    """Von Kries correction toward the light of the paste site (``white_point_correction``): the
+    object's exposure and colour cast are matched to the ring of background around it by their
+    white points.
 
     A white point is the ``percentile`` of a region's luminance (for exposure) and of each channel
     (for the cast) — the "white patch" of Retinex: surfaces under one light have similar highlights
@@ -111,7 +145,7 @@ class LocalStatsHarmonizer(Harmonizer):
 
     The log ratio of the object's white point to the ring's measures the object's exposure mismatch
     plus the scene's own difference between the two (bright coins on a dark table). The exposure
-    correction undoes the mismatch's posterior (:func:`exposure_correction`): a flat prior over
+    correction undoes the mismatch's posterior (``exposure_correction``): a flat prior over
     ``exposure_range`` either way, the scene's difference a heavy-tailed Student-t of scale
     ``scene_spread``, so a ratio far beyond the prior counts mostly as the scene's; a clipped object
     highlight only bounds the mismatch from below. The colour cast moves ``cast_strength`` of the way
@@ -124,89 +158,54 @@ class LocalStatsHarmonizer(Harmonizer):
 
     def __init__(self, exposure_range: float = 0.6, scene_spread: float = 0.3, cast_strength: float = 0.5,
                  contrast_share: float = 0.3, percentile: float = 99.0, ring_px: int | None = None) -> None:
+        super().__init__(ring_px)
         self.exposure_range = exposure_range
         self.scene_spread = scene_spread
         self.cast_strength = cast_strength
         self.contrast_share = contrast_share
         self.percentile = percentile
-        self.ring_px = ring_px
 
-    def harmonize(self, composite_bgr: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        out = composite_bgr.copy()
-        if not mask.any():
-            return out
-        ring_px = self.ring_px or default_ring_px(mask)
-        window = mask_window(mask, ring_px)
-        image, object_mask = composite_bgr[window], mask[window]
-        ring = image[ring_mask(object_mask, ring_px)].astype(np.float32) / 255.0
-        if len(ring) < _MIN_RING_PX:
-            return out
-        obj = image[object_mask].astype(np.float32) / 255.0
-        out[window][object_mask] = np.clip(self._corrected(obj, ring) * 255.0 + 0.5, 0, 255).astype(np.uint8)
-        return out
+    cast_prior: tuple[float, float] | None = None  # local: the cast moves by cast_strength, unguarded
 
     def _corrected(self, obj: np.ndarray, ring: np.ndarray) -> np.ndarray:
-        """``obj`` (N x 3 BGR in [0, 1]) matched to ``ring``'s light."""
-        ring_luminance = _luminance(ring)
-        object_white = self._white(_luminance(obj))
-        log_gain = exposure_correction(float(np.log(object_white / self._white(ring_luminance))),
-                                       clipped=object_white >= _CLIPPED_WHITE,
-                                       exposure_range=self.exposure_range, scene_spread=self.scene_spread)
-        log_cast = np.log(self._white(ring) / self._white(obj))
-        log_cast -= log_cast.mean()  # the cast alone: its exposure part is log_gain's
-        corrected = obj * np.exp(log_gain + self.cast_strength * log_cast)
-        luminance = _luminance(corrected)
-        contrast = (ring_luminance.std() + _EPS) / (luminance.std() + _EPS)
-        contrast = np.clip(contrast ** self.contrast_share, *_CONTRAST_LIMITS)
-        return corrected + ((luminance - luminance.mean()) * (contrast - 1.0))[:, None]
-
-    def _white(self, values: np.ndarray) -> np.ndarray:
-        return np.percentile(values, self.percentile, axis=0) + _EPS
+        corrected = white_point_correction(obj.astype(np.float32) / 255.0, ring.astype(np.float32) / 255.0,
+                                           self.percentile, self.exposure_range, self.scene_spread,
+                                           self.cast_strength, self.contrast_share, self.cast_prior)
+        return np.clip(corrected * 255.0 + 0.5, 0, 255).astype(np.uint8)
 
 
-def exposure_correction(log_ratio: float, clipped: bool, exposure_range: float, scene_spread: float) -> float:
-    """The log gain that best undoes an object's exposure mismatch x, given the log ratio of its white
-    point to its surroundings' = x + the scene's own difference.
+class RingHarmonizer(LocalStatsHarmonizer):
+    """``local``'s white-point correction (exposure posterior in the luminance, cast by white
+    points), then the ring's CIE Lab statistics moved onto the object per channel
+    (``ring_statistics_transfer``), each by the posterior share of the object-to-ring difference.
 
-    x has a flat prior on [-exposure_range, exposure_range]; the scene's difference is Student-t
-    (3 degrees of freedom, scale ``scene_spread``): heavy tails, so a ratio far outside the prior is
-    put down to the scene and the correction falls back toward none. A ``clipped`` white point (the
-    object's highlights at the top of the range) says only that the true ratio is at least
-    ``log_ratio`` (a censored measurement). The gain is the posterior mean of exp(-x), the one factor
-    with the least expected squared error in the pixels, not exp of the mean of -x.
+    The two estimates see different things: white points are blind to an object's albedo, means see
+    the mismatch of every pixel, not only the highlights. The Lab step's strength is set by how far
+    the object is from the ring: a small lightness, cast or spread difference is mostly a mismatch
+    and is mostly undone, one far beyond its prior range (``lightness``, ``chroma``, ``spread``: prior
+    range, scene spread) is mostly the scene's own and is kept, so a saturated object on a grey scene
+    (a red car on ballast) stays saturated. The ring is ``ring_share`` of the object's height wide.
+
+    Chosen on iHarmony4 composites (``benchmarks/harmonize.py --iharmony``); the synthetic benchmark
+    is the second opinion (README).
     """
-    grid = np.linspace(-exposure_range, exposure_range, _EXPOSURE_GRID)
-    z = (log_ratio - grid) / scene_spread  # the scene's difference if the mismatch were each grid value
-    if clipped:
-        likelihood = special.stdtr(_SCENE_TAIL_DOF, -z)  # P(difference >= z): the t's survival function
-    else:
-        likelihood = (1.0 + z * z / _SCENE_TAIL_DOF) ** (-(_SCENE_TAIL_DOF + 1.0) / 2.0)  # t density, up to a factor
-    return float(np.log((likelihood * np.exp(-grid)).sum() / likelihood.sum()))
 
+    name = "ring"
 
-def _luminance(bgr: np.ndarray) -> np.ndarray:
-    """Rec. 601 luma of N x 3 BGR values."""
-    return bgr @ np.array([0.114, 0.587, 0.299], dtype=np.float32)
+    def __init__(self, lightness: tuple[float, float] = (40.0, 30.0), chroma: tuple[float, float] = (10.0, 8.0),
+                 spread: tuple[float, float] = (0.3, 0.3), ring_share: float = 0.3,
+                 cast_prior: tuple[float, float] = (0.4, 0.2),
+                 exposure_range: float = 0.6, scene_spread: float = 0.3, cast_strength: float = 1.0,
+                 contrast_share: float = 0.3, percentile: float = 99.0, ring_px: int | None = None) -> None:
+        super().__init__(exposure_range, scene_spread, cast_strength, contrast_share, percentile, ring_px)
+        self.cast_prior = tuple(cast_prior)
+        self.lightness, self.chroma, self.spread = tuple(lightness), tuple(chroma), tuple(spread)
+        self.ring_share = ring_share
 
-
-def smooth_fill(values: np.ndarray, known: np.ndarray, cells: int) -> np.ndarray:
-    """A smooth field through the ``known`` pixels of ``values`` (H x W x C float): their Gaussian-
-    weighted mean over 1/``cells`` of the window's longer side (normalized convolution), leaning on
-    their global mean where almost none is near."""
-    global_mean = values[known].mean(axis=0)
-    # Work on a coarse copy, 8 px per cell: a blur this wide is smooth at that resolution anyway.
-    height, width = known.shape
-    scale = min(1.0, 8.0 * cells / max(height, width))
-    size = (max(1, round(width * scale)), max(1, round(height * scale)))
-    weight = cv2.resize(known.astype(np.float32), size, interpolation=cv2.INTER_AREA)
-    weighted = cv2.resize(np.ascontiguousarray(values * known[:, :, None], dtype=np.float32), size,
-                          interpolation=cv2.INTER_AREA).reshape(size[1], size[0], -1)
-    sigma = scale * max(height, width) / cells  # one cell, in coarse pixels
-    weight = cv2.GaussianBlur(weight, (0, 0), sigma, borderType=cv2.BORDER_CONSTANT)
-    weighted = cv2.GaussianBlur(weighted, (0, 0), sigma, borderType=cv2.BORDER_CONSTANT).reshape(weighted.shape)
-    prior = 1e-3
-    coarse = (weighted + prior * global_mean) / (weight[:, :, None] + prior)
-    return cv2.resize(coarse, (width, height), interpolation=cv2.INTER_LINEAR).reshape(values.shape)
+    def _corrected(self, obj: np.ndarray, ring: np.ndarray) -> np.ndarray:
+        lit = super()._corrected(obj, ring)
+        lab = ring_statistics_transfer(to_lab(lit), to_lab(subsample(ring)), self.lightness, self.chroma, self.spread)
+        return lab_to_bgr(lab)
 
 
 class PoissonHarmonizer(Harmonizer):
@@ -232,7 +231,7 @@ class PoissonHarmonizer(Harmonizer):
         self.flag = flags[mode]
         self.band_px = max(1, band_px)
 
-    def harmonize(self, composite_bgr: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def harmonize(self, composite_bgr: np.ndarray, mask: np.ndarray, object_height: int | None = None) -> np.ndarray:
         out = composite_bgr.copy()
         if not mask.any():
             return out
@@ -248,8 +247,8 @@ class PoissonHarmonizer(Harmonizer):
         return out
 
     def _blend(self, image: np.ndarray, object_mask: np.ndarray) -> np.ndarray:
-        guided = _dilate(object_mask, self.band_px)  # the object and its band: the solution we keep
-        clone_mask = _dilate(object_mask, self.band_px + _SEAMLESS_CLONE_ERODES_PX)
+        guided = dilate(object_mask, self.band_px)  # the object and its band: the solution we keep
+        clone_mask = dilate(object_mask, self.band_px + _SEAMLESS_CLONE_ERODES_PX)
         source = fill_from_nearest(image, clone_mask & ~object_mask, object_mask)
         destination = image.copy()
         if self.flag == cv2.MIXED_CLONE:  # only mixed reads the destination's gradients inside the object
@@ -265,27 +264,23 @@ class PoissonHarmonizer(Harmonizer):
         return np.clip(blended + 0.5, 0, 255).astype(np.uint8)
 
 
-def _dilate(mask: np.ndarray, radius: int) -> np.ndarray:
-    kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1, 2 * radius + 1))
-    return cv2.dilate(mask.astype(np.uint8), kernel).astype(bool)
-
-
-def fill_from_nearest(image: np.ndarray, region: np.ndarray, source: np.ndarray) -> np.ndarray:
-    """``image`` with each ``region`` pixel replaced by the nearest ``source`` pixel's colour."""
-    _, labels = cv2.distanceTransformWithLabels((~source).astype(np.uint8), cv2.DIST_L2, 5,
-                                                labelType=cv2.DIST_LABEL_PIXEL)
-    colour_of_label = np.zeros((labels.max() + 1, 3), dtype=image.dtype)
-    colour_of_label[labels[source]] = image[source]
-    filled = image.copy()
-    filled[region] = colour_of_label[labels[region]]
-    return filled
-
-
 # --- learned plug-ins ------------------------------------------------------------------------------
 
+LEARNED_CONTRACT = """\
+inputs, in this order:
+  composite  float32 N x 3 x H x W, RGB channel order, values in [0, 1] (not mean/std normalised)
+  mask       float32 N x 1 x H x W, 1.0 on the pasted object, 0.0 elsewhere (hard, not feathered)
+output, the first one:
+  harmonized float32 N x 3 x H x W, RGB, [0, 1] (values outside are clipped), the same H x W
+H x W: the model's static input size if it has one (the composite and mask are resized to it and
+the output back), else the composite's own size; N: any, or the model's static batch.
+Only the masked pixels of the output are used; the rest of the image keeps its values.
+"""
+
+
 class _LearnedHarmonizer(Harmonizer):
-    """A model taking (composite RGB float [0, 1] N x 3 x H x W, mask N x 1 x H x W) and returning the
-    harmonized N x 3 x H x W; only the masked pixels of its output are used."""
+    """A model following ``LEARNED_CONTRACT``: (composite RGB [0, 1] N x 3 x H x W, mask N x 1 x H x W)
+    -> harmonized RGB [0, 1] N x 3 x H x W; only the masked pixels of its output are used."""
 
     def __init__(self, input_size: tuple[int, int] | None, batch_size: int) -> None:
         self.input_size = tuple(input_size) if input_size else None  # (height, width) the model expects
@@ -294,7 +289,7 @@ class _LearnedHarmonizer(Harmonizer):
     def _run(self, images: np.ndarray, masks: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def harmonize(self, composite_bgr: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def harmonize(self, composite_bgr: np.ndarray, mask: np.ndarray, object_height: int | None = None) -> np.ndarray:
         return self.harmonize_batch([composite_bgr], [mask])[0]
 
     def harmonize_batch(self, composites: Sequence[np.ndarray], masks: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -395,6 +390,7 @@ class OnnxHarmonizer(_LearnedHarmonizer):
 # --- by name ---------------------------------------------------------------------------------------
 
 _BACKENDS: dict[str, Callable[..., Harmonizer]] = {
+    "ring": RingHarmonizer,
     "lab": GlobalLabHarmonizer,
     "local": LocalStatsHarmonizer,
     "poisson": PoissonHarmonizer,

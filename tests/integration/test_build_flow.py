@@ -122,7 +122,7 @@ def test_ablation_builds_every_variant_and_shares_the_backgrounds(tmp_path):
     baseline = json.loads((tmp_path / "baseline/.synrail/build.json").read_text())
     assert baseline["name"].endswith("-baseline")
     cards = {n: (tmp_path / n / "dataset_card.md").read_text() for n in TABLE7_VARIANTS}
-    assert "harmonize: none" in cards["baseline"] and "harmonize: local" in cards["all"]
+    assert "harmonize: null" in cards["baseline"] and "backend: ring" in cards["all"]
     assert "scale: linear" in cards["baseline"] and "scale: metric" in cards["rescale"]
 
 

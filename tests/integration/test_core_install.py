@@ -86,10 +86,10 @@ def test_train_without_ultralytics_names_the_train_extra(tmp_path):
 
 def test_config_needs_names_each_key_and_its_extra(tmp_path):
     cfg = load_config(ROOT / "configs/tiny.yaml", {
-        "segment.checkpoint": "/models/sam.pth", "compose.harmonize": "onnx", "compose.harmonize_model": "m.onnx",
+        "segment.checkpoint": "/models/sam.pth", "compose.harmonize": {"backend": "onnx", "model": "m.onnx"},
         "gallery.sources": [{"type": "procedural"}, {"type": "rocks", "root": "/r", "detector_weights": "y.pt"}]})
     needs = {(n.key, n.extra) for n in config_needs(cfg)}
-    assert needs == {("segment.checkpoint", "sam"), ("compose.harmonize", "onnx"),
+    assert needs == {("segment.checkpoint", "sam"), ("compose.harmonize.backend", "onnx"),
                      ("gallery.sources[1].detector_weights", "train")}
     assert config_needs(load_config(ROOT / "configs/default.yaml")) == []  # make demo needs only the core
     assert missing_extra_messages(cfg) == []  # everything is installed in the test environment

@@ -12,7 +12,7 @@ from synrail.compose.composite import (
     place_obstacle,
     placement_at,
 )
-from synrail.compose.harmonize import harmonize_lab
+from synrail.compose.harmony_kernels import harmonize_lab
 from synrail.compose.placement import GroundPoint, track_rows
 from synrail.config import ComposeConfig
 from synrail.rail.geometry import CameraGeometry
@@ -102,7 +102,7 @@ def test_feathered_alpha_stays_inside_the_mask():
 
 def test_labels_are_exactly_the_visible_pixels_and_harmonize_none_pastes_the_cutout():
     bg = scene()
-    cfg = ComposeConfig(harmonize="none", feather_px=0.0, obstacles_per_image=(3, 3), shadows=False)
+    cfg = ComposeConfig(harmonize=None, feather_px=0.0, obstacles_per_image=(3, 3), shadow=None)
     gallery = {"person": [box_cutout(colour=(20, 200, 240))]}
     composite = compose_image(bg, gallery, ["person"], cfg, np.random.default_rng(5))
     assert composite.instances
@@ -134,7 +134,7 @@ def test_fog_pulls_distant_obstacles_toward_the_airlight():
     foggy = SceneBackground(image=geometry_scene.image, track_mask=geometry_scene.track_mask,
                             track_rows=geometry_scene.track_rows, geometry=geometry_scene.geometry,
                             fog_beta=0.05, airlight_bgr=(200.0, 200.0, 200.0))
-    cfg = ComposeConfig(harmonize="none", feather_px=0.0, obstacles_per_image=(1, 1), distance_m=(40, 40))
+    cfg = ComposeConfig(harmonize=None, feather_px=0.0, obstacles_per_image=(1, 1), distance_m=(40, 40))
     gallery = {"person": [box_cutout(colour=(0, 0, 0))]}
     composite = compose_image(foggy, gallery, ["person"], cfg, np.random.default_rng(0))
     pixels = composite.image[composite.instances[0].visible_mask.full()].astype(float)
@@ -154,7 +154,7 @@ def test_scene_light_and_sensor_noise_reach_the_obstacle():
     base = scene()
     dusk = SceneBackground(image=base.image, track_mask=base.track_mask, track_rows=base.track_rows,
                            geometry=base.geometry, illumination_bgr=(0.3, 0.3, 0.3))
-    cfg = ComposeConfig(harmonize="none", feather_px=0.0, obstacles_per_image=(1, 1))
+    cfg = ComposeConfig(harmonize=None, feather_px=0.0, obstacles_per_image=(1, 1))
     gallery = {"person": [box_cutout(colour=(100, 200, 250))]}
     lit = compose_image(dusk, gallery, ["person"], cfg, np.random.default_rng(0))
     pixels = lit.image[lit.instances[0].visible_mask.full()]
@@ -171,9 +171,9 @@ def test_scene_light_and_sensor_noise_reach_the_obstacle():
 def test_shadows_only_darken_unlabelled_ground_and_leave_placement_alone():
     bg = scene()
     gallery = {"person": [box_cutout(colour=(20, 200, 240))]}
-    cfg = ComposeConfig(harmonize="none", feather_px=0.0, obstacles_per_image=(2, 2), distance_m=(10, 20))
+    cfg = ComposeConfig(harmonize=None, feather_px=0.0, obstacles_per_image=(2, 2), distance_m=(10, 20))
     lit = compose_image(bg, gallery, ["person"], cfg, np.random.default_rng(3))
-    flat = compose_image(bg, gallery, ["person"], cfg.model_copy(update={"shadows": False}), np.random.default_rng(3))
+    flat = compose_image(bg, gallery, ["person"], cfg.model_copy(update={"shadow": None}), np.random.default_rng(3))
     assert [i.ground_uv for i in lit.instances] == [i.ground_uv for i in flat.instances]
     labelled = np.zeros((H, W), bool)
     for inst in lit.instances:
@@ -185,12 +185,12 @@ def test_shadows_only_darken_unlabelled_ground_and_leave_placement_alone():
     assert not outside[:lowest_top].any()  # nothing above the obstacles changes
 
 
-@pytest.mark.parametrize("backend", ["local", "poisson"])
-def test_other_harmonizers_change_only_the_obstacle(backend):
+@pytest.mark.parametrize("backend", ["ring", "lab", "local", "poisson"])
+def test_every_harmonizer_changes_only_the_obstacle(backend):
     bg = scene()
     gallery = {"person": [box_cutout(colour=(20, 200, 240))]}
-    cfg = ComposeConfig(harmonize=backend, feather_px=0.0, obstacles_per_image=(2, 2), shadows=False)
-    plain = compose_image(bg, gallery, ["person"], cfg.model_copy(update={"harmonize": "none"}),
+    cfg = ComposeConfig(harmonize={"backend": backend}, feather_px=0.0, obstacles_per_image=(2, 2), shadow=None)
+    plain = compose_image(bg, gallery, ["person"], cfg.model_copy(update={"harmonize": None}),
                           np.random.default_rng(4))
     harmonized = compose_image(bg, gallery, ["person"], cfg, np.random.default_rng(4))
     labelled = np.zeros((H, W), bool)
@@ -201,5 +201,5 @@ def test_other_harmonizers_change_only_the_obstacle(backend):
 
 
 def test_learned_harmonizer_needs_a_model_file():
-    with pytest.raises(ValueError, match="harmonize_model"):
-        ComposeConfig(harmonize="torchscript")
+    with pytest.raises(ValueError, match="model"):
+        ComposeConfig(harmonize={"backend": "torchscript"})

@@ -1,9 +1,12 @@
-"""Harmonization backends: what each may change, the first default (lab) kept, the plug-ins, the measures."""
+"""Harmonization backends: what each may change, the first default (lab) kept, the ring guard, the plug-ins
+and their contract, the config union and its deprecated keys, the measures of both benchmarks."""
 
 import functools
+import inspect
 import math
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import cv2
@@ -11,24 +14,39 @@ import numpy as np
 import pytest
 import torch
 
-from synrail.compose.harmonization_benchmark import (
+from benchmarks.harmonization_benchmark import (
+    PSNR_CAP_DB,
     Sample,
     evaluate_harmonizers,
+    evaluate_triplets,
     folder_samples,
     harmonization_scores,
+    iharmony_triplets,
+    parse_composite_name,
     perturb_object,
     summarize,
 )
-from synrail.compose.harmonize import harmonize_lab, ring_pixels
 from synrail.compose.harmonizers import (
     HARMONIZER_NAMES,
     GlobalLabHarmonizer,
     LocalStatsHarmonizer,
     PoissonHarmonizer,
+    RingHarmonizer,
     TorchScriptHarmonizer,
-    exposure_correction,
     make_harmonizer,
 )
+from synrail.compose.harmony_kernels import exposure_correction, harmonize_lab, posterior_shift, ring_pixels, to_lab
+from synrail.config import (
+    DEFAULT_HARMONIZE,
+    ComposeConfig,
+    DeprecatedConfigKey,
+    LabHarmonizeConfig,
+    LocalHarmonizeConfig,
+    PoissonHarmonizeConfig,
+    RingHarmonizeConfig,
+)
+
+SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "harmonize.py"
 
 GAIN_RGB = (1.3, 0.8, 1.1)
 
@@ -77,8 +95,9 @@ def scripted_model(tmp_path_factory) -> str:
 
 
 @pytest.mark.parametrize("harmonizer", [GlobalLabHarmonizer(), LocalStatsHarmonizer(),
-                                        LocalStatsHarmonizer(exposure_range=3.0, scene_spread=0.05, contrast_share=0)],
-                         ids=["lab", "local", "local-no-prior"])
+                                        LocalStatsHarmonizer(exposure_range=3.0, scene_spread=0.05, contrast_share=0),
+                                        RingHarmonizer()],
+                         ids=["lab", "local", "local-no-prior", "ring"])
 def test_classical_backends_change_only_the_object(harmonizer):
     image, mask = _scene()
     composite = _pasted(image, mask)
@@ -186,7 +205,7 @@ def test_evaluation_rows_and_summary():
     rows = evaluate_harmonizers([Sample("scene", image, mask)], {"none": None, "lab": GlobalLabHarmonizer()},
                                 n_perturbations=3, seed=0)
     assert len(rows) == 6 and {r["harmonizer"] for r in rows} == {"none", "lab"}
-    table = {(r["harmonizer"], r["sample"]): r for r in summarize(rows)}
+    table = {(r["harmonizer"], r["group"]): r for r in summarize(rows)}
     assert table[("none", "all")]["fmse_reduction"] == 0.0
     lab_fmse = [r["fmse"] for r in rows if r["harmonizer"] == "lab"]
     assert table[("lab", "scene")]["fmse"] == pytest.approx(np.mean(lab_fmse))
@@ -207,7 +226,7 @@ def test_folder_samples_pair_images_with_masks(tmp_path):
 
 def test_skimage_samples_hold_real_objects():
     pytest.importorskip("skimage")
-    from synrail.compose.harmonization_benchmark import skimage_samples
+    from benchmarks.harmonization_benchmark import skimage_samples
 
     samples = skimage_samples()
     assert len({s.name for s in samples}) == len(samples) == 7
@@ -277,11 +296,226 @@ def test_the_benchmark_script_pools_seeds_into_one_table(tmp_path):
         (tmp_path / folder).mkdir()
     cv2.imwrite(str(tmp_path / "images" / "scene.png"), image)
     cv2.imwrite(str(tmp_path / "masks" / "scene.png"), mask.astype(np.uint8) * 255)
-    script = Path(__file__).resolve().parents[3] / "benchmarks" / "harmonize.py"
-    result = subprocess.run([sys.executable, str(script), "--samples", str(tmp_path), "--perturbations", "2",
+    result = subprocess.run([sys.executable, str(SCRIPT), "--samples", str(tmp_path), "--perturbations", "2",
                              "--seeds", "0,2-3"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "1 samples x 2 perturbations x seeds [0, 2, 3] (includes tuning seeds [3])" in result.stdout
     rows = [line.split() for line in result.stdout.splitlines() if line.startswith(("scene ", "all "))]
-    assert [row[1] for row in rows if row[0] == "all"] == ["none", "lab", "local", "local,", "poisson", "poisson"]
-    assert all(row[-1].endswith("%") for row in rows)
+    assert [row[1] for row in rows if row[0] == "all"] == ["none", "ring", "lab", "local", "local,", "poisson",
+                                                            "poisson"]
+    assert all(row[-3].endswith("%") and row[-2].endswith("/6") for row in rows)  # cut, cases made worse
+
+
+# --- the ring backend and its guard ----------------------------------------------------------------
+
+def test_posterior_shift_undoes_a_small_difference_and_keeps_a_large_one():
+    shifts = posterior_shift(np.array([0.0, 5.0, 10.0, 80.0]), prior_range=10.0, scene_spread=8.0)
+    assert abs(shifts[0]) < 1e-9
+    assert 0 < shifts[1] < shifts[2] <= 10.0  # within the prior, more difference, more shift
+    assert shifts[3] < shifts[2]  # far beyond the prior: the scene's own, the shift falls back
+    assert np.allclose(posterior_shift(-np.array([5.0, 80.0]), 10.0, 8.0), -shifts[[1, 3]])  # symmetric
+
+
+def _flat_object_on_grey(object_bgr: tuple[int, int, int], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    image = np.clip(rng.normal(128, 6, (80, 100, 3)), 0, 255).astype(np.uint8)
+    mask = np.zeros((80, 100), dtype=bool)
+    mask[20:60, 30:70] = True
+    image[mask] = np.clip(np.array(object_bgr) + rng.normal(0, 6, (mask.sum(), 3)), 0, 255).astype(np.uint8)
+    return image, mask
+
+
+def _chroma(pixels_bgr: np.ndarray) -> float:
+    return float(np.hypot(*to_lab(pixels_bgr)[:, 1:].mean(axis=0)))
+
+
+def test_ring_keeps_a_saturated_object_saturated_and_removes_a_slight_cast():
+    """A red car on grey ballast: its colour is its own, far beyond any plausible cast, and stays red;
+    lab, with a fixed share, bleaches it. A slightly tinted grey object loses most of its tint."""
+    red, mask = _flat_object_on_grey((30, 30, 200))
+    ring_out, lab_out = RingHarmonizer().harmonize(red, mask), GlobalLabHarmonizer().harmonize(red, mask)
+    before = _chroma(red[mask])
+    assert _chroma(ring_out[mask]) > 0.85 * before
+    assert _chroma(lab_out[mask]) < 0.8 * before  # what the guard prevents
+    tinted, mask = _flat_object_on_grey((118, 128, 142))  # grey with a slight warm cast
+    assert _chroma(RingHarmonizer().harmonize(tinted, mask)[mask]) < 0.6 * _chroma(tinted[mask])
+
+
+def test_ring_reads_a_wider_surrounding_than_lab():
+    assert RingHarmonizer().context_px(100) == 30 and GlobalLabHarmonizer().context_px(100) == 15
+    image, mask = _scene()
+    composite = _pasted(image, mask)
+    full = RingHarmonizer().harmonize(composite, mask)
+    window = (slice(20, 90), slice(10, 120))  # the object's box plus its 30 % ring, cut at the border
+    assert np.array_equal(RingHarmonizer().harmonize(composite[window], mask[window]), full[window])
+
+
+# --- the config union and its deprecated flat keys ---------------------------------------------------
+
+@pytest.mark.parametrize("config_class,backend", [(RingHarmonizeConfig, RingHarmonizer),
+                                                  (LocalHarmonizeConfig, LocalStatsHarmonizer),
+                                                  (LabHarmonizeConfig, GlobalLabHarmonizer),
+                                                  (PoissonHarmonizeConfig, PoissonHarmonizer)])
+def test_config_defaults_are_the_backends_defaults(config_class, backend):
+    config = config_class(backend=backend.name)
+    parameters = inspect.signature(backend.__init__).parameters
+    for key, value in config.harmonizer_options().items():
+        assert parameters[key].default == value, key
+    assert isinstance(make_harmonizer(config.backend, **config.harmonizer_options()), backend)
+
+
+def test_compose_config_is_one_union_with_null_for_none():
+    assert ComposeConfig().harmonize == DEFAULT_HARMONIZE and DEFAULT_HARMONIZE.backend == "ring"
+    lab = ComposeConfig(harmonize={"backend": "lab", "strength": 0.3}).harmonize
+    assert isinstance(lab, LabHarmonizeConfig) and lab.strength == 0.3
+    assert ComposeConfig(harmonize=None).harmonize is None and ComposeConfig(shadow=None).shadow is None
+    learned = ComposeConfig(harmonize={"backend": "torchscript", "model": "m.pt", "device": "cpu"}).harmonize
+    assert learned.harmonizer_options() == {"path": "m.pt", "device": "cpu", "batch_size": 8, "input_size": None}
+    with pytest.raises(ValueError, match="strength"):
+        ComposeConfig(harmonize={"backend": "local", "strength": 0.3})  # lab's option on another backend
+    with pytest.raises(ValueError, match="model"):
+        ComposeConfig(harmonize={"backend": "onnx"})
+
+
+@pytest.mark.parametrize("old,new", [
+    ({"harmonize": "lab", "harmonize_strength": 0.4}, {"backend": "lab", "strength": 0.4}),
+    ({"harmonize": "local", "harmonize_strength": 0.6}, {"backend": "local"}),  # strength was lab's only
+    ({"harmonize": "onnx", "harmonize_model": "m.onnx"}, {"backend": "onnx", "model": "m.onnx"}),
+    ({"harmonize": "none"}, None),
+])
+def test_old_flat_harmonize_keys_load_with_a_warning_naming_the_new_form(old, new):
+    with pytest.warns(DeprecatedConfigKey, match=r"write compose\.harmonize: (\{backend|null)"):
+        config = ComposeConfig(**old)
+    assert config == ComposeConfig(harmonize=new)
+
+
+def test_old_shadows_flag_folds_into_shadow():
+    with pytest.warns(DeprecatedConfigKey, match=r"compose\.shadow: null"):
+        assert ComposeConfig(shadows=False).shadow is None
+    with pytest.warns(DeprecatedConfigKey, match="compose.shadows"):
+        assert ComposeConfig(shadows=True, shadow={"strength": (0.2, 0.3)}).shadow.strength == (0.2, 0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new form warns about nothing
+        ComposeConfig(harmonize={"backend": "lab"}, shadow=None)
+
+
+# --- iHarmony4: names, layout, protocol ----------------------------------------------------------------
+
+def test_iharmony_names_map_composites_to_their_mask_and_real_image():
+    assert parse_composite_name("a0041_1_3") == ("a0041", "a0041_1")
+    assert parse_composite_name("d17664-20120114-145839_2_10") == ("d17664-20120114-145839", "d17664-20120114-145839_2")
+    assert parse_composite_name("c_odd_name_3_1") == ("c_odd_name", "c_odd_name_3")
+    for bad in ("a0041", "a0041_x_1", "_1_2"):
+        with pytest.raises(ValueError, match="NAME_k_j"):
+            parse_composite_name(bad)
+
+
+def _write_triplets(root: Path, names: dict[str, list[str]], size: tuple[int, int] = (40, 60),
+                    offset: int = 0) -> None:
+    """real name -> composite stems; the composite is the real image with the mask's object shifted by ``offset``."""
+    for folder in ("composite_images", "masks", "real_images"):
+        (root / folder).mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for real_name, composites in names.items():
+        real = rng.integers(0, 200, (*size, 3), dtype=np.uint8)
+        cv2.imwrite(str(root / "real_images" / f"{real_name}.png"), real)  # lossless: the known answers hold
+        for stem in composites:
+            _, mask_name = parse_composite_name(stem)
+            mask = np.zeros(size, dtype=np.uint8)
+            mask[10:30, 15:45] = 255
+            cv2.imwrite(str(root / "masks" / f"{mask_name}.png"), mask)
+            composite = real.copy()
+            composite[mask > 0] += np.uint8(offset)
+            cv2.imwrite(str(root / "composite_images" / f"{stem}.png"), composite)
+
+
+def test_iharmony_layouts_flat_and_per_subset(tmp_path):
+    names = {"a0001": ["a0001_1_1", "a0001_1_2", "a0001_2_1"], "f9": ["f9_1_4"]}
+    _write_triplets(tmp_path / "flat", names)
+    triplets = iharmony_triplets(tmp_path / "flat")
+    assert [(t.name, t.subset, t.mask.stem, t.real.stem) for t in triplets] == [
+        ("a0001_1_1", "HAdobe5k", "a0001_1", "a0001"), ("a0001_1_2", "HAdobe5k", "a0001_1", "a0001"),
+        ("a0001_2_1", "HAdobe5k", "a0001_2", "a0001"), ("f9_1_4", "HFlickr", "f9_1", "f9")]
+    _write_triplets(tmp_path / "split" / "HCOCO", {"c5": ["c5_1_1", "c5_1_2"]})
+    _write_triplets(tmp_path / "split" / "Hday2night", {"d7-2": ["d7-2_1_1"]})
+    assert [(t.subset, t.real.stem) for t in iharmony_triplets(tmp_path / "split")] == [
+        ("HCOCO", "c5"), ("HCOCO", "c5"), ("Hday2night", "d7-2")]
+    (tmp_path / "flat" / "real_images" / "f9.png").unlink()
+    with pytest.raises(FileNotFoundError, match="f9"):
+        iharmony_triplets(tmp_path / "flat")
+    with pytest.raises(FileNotFoundError, match="composite_images"):
+        iharmony_triplets(tmp_path / "nothing")
+
+
+class _Worse:
+    """A backend that adds 20 to every object pixel: always worse than a composite equal to the real image."""
+
+    name = "worse"
+
+    def harmonize_batch(self, composites, masks):
+        outputs = []
+        for image, mask in zip(composites, masks, strict=True):
+            out = image.copy()
+            out[mask] = np.clip(out[mask].astype(int) + 20, 0, 255).astype(np.uint8)
+            outputs.append(out)
+        return outputs
+
+
+def test_protocol_on_triplets_with_known_answers(tmp_path):
+    """A composite equal to its real image: fMSE 0 and infinite PSNR (capped in the means, never NaN);
+    one off by 10 in the object: fMSE 100; a backend adding 20 loses on both."""
+    _write_triplets(tmp_path / "same" / "HCOCO", {"c1": ["c1_1_1"]})
+    _write_triplets(tmp_path / "off" / "HFlickr", {"f1": ["f1_1_1"]}, offset=10)
+    triplets = iharmony_triplets(tmp_path / "same") + iharmony_triplets(tmp_path / "off")
+    rows = evaluate_triplets(triplets, {"none": None, "worse": _Worse()}, size=32)
+    same = {r["harmonizer"]: r for r in rows if r["group"] == "HCOCO"}
+    assert same["none"]["fmse"] == 0.0 and same["none"]["mse"] == 0.0 and same["none"]["psnr"] == math.inf
+    assert same["worse"]["fmse"] == pytest.approx(400.0)
+    off = {r["harmonizer"]: r for r in rows if r["group"] == "HFlickr"}
+    assert off["none"]["fmse"] == pytest.approx(100.0, abs=2.0)  # resizing moves the mask edge a little
+    table = {(r["harmonizer"], r["group"]): r for r in summarize(rows)}
+    assert table[("none", "HCOCO")]["psnr"] == PSNR_CAP_DB and math.isnan(table[("none", "HCOCO")]["fmse_reduction"])
+    assert table[("worse", "all")]["losses"] == 2 and table[("none", "all")]["losses"] == 0
+    assert table[("worse", "all")]["cases"] == 2 and table[("worse", "HFlickr")]["fmse_reduction"] < 0
+    assert math.isfinite(table[("none", "all")]["psnr"])
+
+
+class _RgbContractProbe(torch.nn.Module):
+    """Checks the contract a published network is exported to: RGB order, [0, 1], a hard 0/1 mask of
+    one channel, the image's size; answers by painting the object its own mean colour."""
+
+    def forward(self, image: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        torch._assert(image.shape[1] == 3 and mask.shape[1] == 1, "N x 3 and N x 1 inputs")
+        torch._assert(image.shape[2:] == mask.shape[2:], "image and mask of one size")
+        torch._assert(bool((image >= 0).all()) and bool((image <= 1).all()), "values in [0, 1]")
+        torch._assert(bool(((mask == 0) | (mask == 1)).all()), "a hard mask")
+        mean = (image * mask).sum(dim=(2, 3), keepdim=True) / mask.sum(dim=(2, 3), keepdim=True)
+        return image * (1 - mask) + mean * mask
+
+
+def test_learned_plugins_follow_the_contract_in_the_real_benchmark(tmp_path):
+    """A tiny network exported with torch.jit and torch.onnx runs through both plug-ins inside
+    ``benchmarks/harmonize.py --iharmony``: red stays in the model's first channel (RGB in, RGB out)."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    _write_triplets(tmp_path / "data", {"a1": ["a1_1_1", "a1_1_2"]}, offset=10)
+    probe = _RgbContractProbe()
+    scripted, exported = tmp_path / "probe.pt", tmp_path / "probe.onnx"
+    torch.jit.script(probe).save(str(scripted))
+    names = {"input_names": ["composite", "mask"], "output_names": ["harmonized"], "dynamo": False}
+    torch.onnx.export(probe, (torch.rand(1, 3, 32, 32), torch.ones(1, 1, 32, 32)), str(exported),
+                      dynamic_axes={n: {0: "batch", 2: "height", 3: "width"}
+                                    for n in ["composite", "mask", "harmonized"]},
+                      **names)
+    red, mask = _flat_object_on_grey((0, 0, 255))  # BGR red
+    for plugin in (TorchScriptHarmonizer(scripted, device="cpu"), make_harmonizer("onnx", path=exported)):
+        out = plugin.harmonize(red, mask)
+        assert (out[~mask] == red[~mask]).all()
+        assert np.abs(out[mask].astype(int) - red[mask].mean(axis=0)).max() <= 1  # still red, in BGR
+    result = subprocess.run([sys.executable, str(SCRIPT), "--iharmony", str(tmp_path / "data"),
+                             "--torchscript", str(scripted), "--onnx", str(exported), "--device", "cpu"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "2 iHarmony4 triplets at 256x256 (HAdobe5k 2)" in result.stdout
+    rows = {tuple(line.split()[:2]) for line in result.stdout.splitlines() if line.startswith(("HAdobe5k ", "all "))}
+    assert {("all", "torchscript"), ("all", "onnx"), ("HAdobe5k", "ring"), ("all", "none")} <= rows

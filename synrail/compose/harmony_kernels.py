@@ -1,0 +1,298 @@
+"""Harmonization kernels: pure array-in, array-out functions the backends of ``harmonizers.py`` are
+built from. Nothing here keeps state or knows about configs.
+
+- geometry: the ring of background around an object (``ring_width``, ``ring_mask``, ``ring_pixels``,
+  ``mask_window``);
+- statistics: CIE Lab conversion, per-channel mean and spread, white points, luminance;
+- posteriors: how much of an observed object-to-ring difference is a mismatch to undo rather than
+  the scene's own difference (``exposure_correction`` for a gain, ``posterior_shift`` for an offset);
+- transfers: ``harmonize_lab`` (partial Reinhard transfer, the first default), ``white_point_correction``
+  (``local``'s von Kries correction), ``ring_statistics_transfer`` (``ring``'s guarded Lab transfer);
+- fills for gradient-domain blending (``smooth_fill``, ``fill_from_nearest``).
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+from scipy import special
+
+_EPS = 1e-3
+_CHROMA_SHARE = 0.5  # lab: colour cast moves half as far as luminance: objects keep their own colour
+CONTRAST_LIMITS = (0.7, 1.4)  # never flatten or blow up an object's own texture
+_RING_SAMPLES = 2048  # statistics need no more pixels
+_CLIPPED_WHITE = 0.97  # an object white point this close to 1 may be clipped: it bounds the exposure only
+_POSTERIOR_GRID = 241  # points of a posterior over a mismatch
+_SCENE_TAIL_DOF = 3.0  # Student-t degrees of freedom of the scene's own object-to-ring difference
+
+
+# --- geometry --------------------------------------------------------------------------------------
+
+def ring_width(object_height_px: int, share: float) -> int:
+    """Ring width for an object ``object_height_px`` rows tall: ``share`` of its height, at least 2 px."""
+    return max(2, int(round(share * object_height_px)))
+
+
+def mask_height(mask: np.ndarray) -> int:
+    """Rows from the mask's first to its last set row (0 for an empty mask)."""
+    rows = np.flatnonzero(mask.any(axis=1))
+    return int(rows[-1] - rows[0] + 1) if rows.size else 0
+
+
+def mask_window(mask: np.ndarray, margin: int) -> tuple[slice, slice]:
+    """The mask's bounding box grown by ``margin`` and cut at the image border."""
+    rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+    height, width = mask.shape
+    return (slice(max(rows[0] - margin, 0), min(rows[-1] + 1 + margin, height)),
+            slice(max(cols[0] - margin, 0), min(cols[-1] + 1 + margin, width)))
+
+
+def ring_mask(mask: np.ndarray, width_px: int) -> np.ndarray:
+    """Background pixels within ``width_px`` of ``mask`` (a square neighbourhood: separable, so fast)."""
+    kernel = cv2.getStructuringElement(cv2.MORPH_RECT, (2 * width_px + 1, 2 * width_px + 1))
+    return cv2.dilate(mask.astype(np.uint8), kernel).astype(bool) & ~mask
+
+
+def ring_pixels(canvas_bgr: np.ndarray, mask: np.ndarray, width_px: int) -> np.ndarray:
+    """The colours of ``ring_mask(mask, width_px)`` in ``canvas_bgr`` (the same size), as N x 3."""
+    return canvas_bgr[ring_mask(mask, width_px)]
+
+
+def subsample(pixels: np.ndarray, count: int = _RING_SAMPLES) -> np.ndarray:
+    """Every k-th row of ``pixels`` so that about ``count`` remain (statistics need no more)."""
+    return pixels[::max(1, len(pixels) // count)]
+
+
+# --- statistics ------------------------------------------------------------------------------------
+
+def to_lab(pixels_bgr: np.ndarray) -> np.ndarray:
+    """N x 3 BGR uint8 -> N x 3 float32 CIE Lab (L in [0, 100])."""
+    return cv2.cvtColor(pixels_bgr.reshape(-1, 1, 3).astype(np.float32) / 255.0, cv2.COLOR_BGR2Lab).reshape(-1, 3)
+
+
+def lab_to_bgr(lab: np.ndarray) -> np.ndarray:
+    """N x 3 Lab -> N x 3 BGR uint8, rounded and clipped."""
+    bgr = cv2.cvtColor(np.ascontiguousarray(lab, dtype=np.float32).reshape(-1, 1, 3), cv2.COLOR_Lab2BGR)
+    return np.clip(bgr.reshape(-1, 3) * 255.0 + 0.5, 0, 255).astype(np.uint8)
+
+
+def mean_std(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and standard deviation (plus a small epsilon) of N x 3 values."""
+    mean, std = cv2.meanStdDev(np.ascontiguousarray(pixels, dtype=np.float32).reshape(-1, 1, 3))  # one C pass
+    return mean.ravel().astype(np.float32), std.ravel().astype(np.float32) + _EPS
+
+
+def luminance(bgr: np.ndarray) -> np.ndarray:
+    """Rec. 601 luma of N x 3 BGR values."""
+    return bgr @ np.array([0.114, 0.587, 0.299], dtype=np.float32)
+
+
+def white_point(values: np.ndarray, percentile: float) -> np.ndarray:
+    """The ``percentile`` of ``values`` along axis 0 (per channel for N x 3): a region's "white patch"."""
+    return np.percentile(values, percentile, axis=0) + _EPS
+
+
+# --- posteriors ------------------------------------------------------------------------------------
+
+def _scene_likelihood(observed: np.ndarray, grid: np.ndarray, scene_spread: float, clipped: bool) -> np.ndarray:
+    """Likelihood of each ``observed`` difference (rows) if the mismatch were each ``grid`` value:
+    the rest is the scene's own difference, Student-t of scale ``scene_spread``; ``clipped``: the
+    observation only bounds the difference from below (a censored measurement)."""
+    z = (observed[:, None] - grid[None, :]) / scene_spread
+    if clipped:
+        return special.stdtr(_SCENE_TAIL_DOF, -z)  # P(difference >= z): the t's survival function
+    return (1.0 + z * z / _SCENE_TAIL_DOF) ** (-(_SCENE_TAIL_DOF + 1.0) / 2.0)  # t density, up to a factor
+
+
+def exposure_correction(log_ratio: float, clipped: bool, exposure_range: float, scene_spread: float) -> float:
+    """The log gain that best undoes an object's exposure mismatch x, given the log ratio of its white
+    point to its surroundings' = x + the scene's own difference.
+
+    x has a flat prior on [-exposure_range, exposure_range]; the scene's difference is Student-t
+    (3 degrees of freedom, scale ``scene_spread``): heavy tails, so a ratio far outside the prior is
+    put down to the scene and the correction falls back toward none. A ``clipped`` white point (the
+    object's highlights at the top of the range) says only that the true ratio is at least
+    ``log_ratio``. The gain is the posterior mean of exp(-x), the one factor with the least expected
+    squared error in the pixels, not exp of the mean of -x.
+
+    Args:
+        log_ratio: log(object white point / ring white point).
+        clipped: whether the object's white point is at the top of the range.
+        exposure_range: half-width of the flat prior over the mismatch (log units).
+        scene_spread: scale of the scene's own difference (log units).
+
+    Returns:
+        The log gain to multiply the object by.
+    """
+    grid = np.linspace(-exposure_range, exposure_range, _POSTERIOR_GRID)
+    likelihood = _scene_likelihood(np.array([log_ratio]), grid, scene_spread, clipped)[0]
+    return float(np.log((likelihood * np.exp(-grid)).sum() / likelihood.sum()))
+
+
+def posterior_shift(observed: np.ndarray, prior_range: float, scene_spread: float) -> np.ndarray:
+    """The part of each observed ring-minus-object difference that is a mismatch to undo: the
+    posterior mean of the mismatch x given observed = x + the scene's own difference.
+
+    x has a flat prior on [-prior_range, prior_range], the scene's difference is Student-t (3 degrees
+    of freedom, scale ``scene_spread``). A difference well inside the prior is mostly undone; one far
+    beyond it is put down to the scene (an object whose colour is its own, a red car on grey ballast)
+    and the shift falls back toward none: the strength is set by how far the object is from the ring.
+
+    Args:
+        observed: differences, any shape.
+        prior_range: half-width of the prior over the mismatch, in the differences' units.
+        scene_spread: scale of the scene's own difference, the same units.
+
+    Returns:
+        The shifts to apply, the shape of ``observed``, each within +-``prior_range``.
+    """
+    values = np.asarray(observed, dtype=np.float64)
+    grid = np.linspace(-prior_range, prior_range, _POSTERIOR_GRID)
+    likelihood = _scene_likelihood(values.reshape(-1), grid, scene_spread, clipped=False)
+    return ((likelihood @ grid) / likelihood.sum(axis=1)).reshape(values.shape)
+
+
+# --- transfers -------------------------------------------------------------------------------------
+
+def harmonize_lab(object_bgr: np.ndarray, object_mask: np.ndarray, ring_bgr: np.ndarray,
+                  strength: float) -> np.ndarray:
+    """Colour-statistics transfer in CIE Lab (Reinhard et al. 2001), partial: the object's luminance
+    level and contrast move ``strength`` of the way to the ring's, its colour cast half as far.
+
+    Args:
+        object_bgr: h x w x 3 uint8 holding the object.
+        object_mask: h x w bool, the object's pixels.
+        ring_bgr: N x 3 uint8 colours of the background around it.
+        strength: 0 (no change) to 1.
+
+    Returns:
+        ``object_bgr`` with its masked pixels harmonized (a copy; the input itself when nothing changes).
+    """
+    if strength <= 0 or ring_bgr.shape[0] < 8 or not object_mask.any():
+        return object_bgr
+    obj = to_lab(object_bgr[object_mask])
+    obj_mean, obj_std = mean_std(obj)
+    ring_mean, ring_std = mean_std(to_lab(subsample(ring_bgr)))
+    share = np.array([1.0, _CHROMA_SHARE, _CHROMA_SHARE], dtype=np.float32) * strength
+    contrast = np.clip((ring_std[0] / obj_std[0]) ** share[0], *CONTRAST_LIMITS)
+    scale = np.array([contrast, 1.0, 1.0], dtype=np.float32)
+    shifted = (obj - obj_mean) * scale + obj_mean + share * (ring_mean - obj_mean)
+    shifted[:, 0] = np.clip(shifted[:, 0], 0.0, 100.0)
+    out = object_bgr.copy()
+    out[object_mask] = lab_to_bgr(shifted)
+    return out
+
+
+def white_point_correction(obj: np.ndarray, ring: np.ndarray, percentile: float, exposure_range: float,
+                           scene_spread: float, cast_strength: float, contrast_share: float,
+                           cast_prior: tuple[float, float] | None = None) -> np.ndarray:
+    """Von Kries correction of an object toward the light of its ring, by white points.
+
+    The exposure undoes the posterior mismatch of the luminance white points
+    (:func:`exposure_correction`), the colour cast moves ``cast_strength`` of the way to the ring's
+    per-channel white point, the luminance contrast ``contrast_share`` of the way (in log).
+
+    Args:
+        obj: N x 3 BGR in [0, 1], the object's pixels.
+        ring: M x 3 BGR in [0, 1], the ring's.
+        percentile: the white point's percentile.
+        exposure_range, scene_spread: the exposure posterior's prior and scene scale (log units).
+        cast_strength: share of the cast moved, 0-1.
+        contrast_share: share of the log contrast ratio moved, 0-1.
+        cast_prior: (prior range, scene spread) in log units: the cast moves by the posterior of its
+            length (``posterior_shift``) instead of ``cast_strength``, so an object whose white points
+            are far from the ring's (no white at all: a red car) keeps its colour.
+
+    Returns:
+        The corrected N x 3 values (not clipped).
+    """
+    ring_luminance = luminance(ring)
+    object_white = white_point(luminance(obj), percentile)
+    log_gain = exposure_correction(float(np.log(object_white / white_point(ring_luminance, percentile))),
+                                   clipped=object_white >= _CLIPPED_WHITE,
+                                   exposure_range=exposure_range, scene_spread=scene_spread)
+    log_cast = np.log(white_point(ring, percentile) / white_point(obj, percentile))
+    log_cast -= log_cast.mean()  # the cast alone: its exposure part is log_gain's
+    if cast_prior is None:
+        log_cast *= cast_strength
+    else:
+        length = float(np.linalg.norm(log_cast))
+        log_cast *= cast_strength * float(posterior_shift(length, *cast_prior)) / length if length > _EPS else 0.0
+    corrected = obj * np.exp(log_gain + log_cast)
+    corrected_luminance = luminance(corrected)
+    contrast = (ring_luminance.std() + _EPS) / (corrected_luminance.std() + _EPS)
+    contrast = np.clip(contrast ** contrast_share, *CONTRAST_LIMITS)
+    return corrected + ((corrected_luminance - corrected_luminance.mean()) * (contrast - 1.0))[:, None]
+
+
+def ring_statistics_transfer(obj_lab: np.ndarray, ring_lab: np.ndarray, lightness: tuple[float, float],
+                             chroma: tuple[float, float], spread: tuple[float, float]) -> np.ndarray:
+    """Lab statistics moved from the ring to the object, each by its posterior share (:func:`posterior_shift`).
+
+    - the lightness mean by the posterior of the ring-minus-object mean difference;
+    - the colour cast (the a, b means) along the ring-minus-object chroma difference, by the posterior
+      of its length: an object far from its ring in colour (saturated, its colour its own) keeps it;
+    - the spread of each channel (contrast, saturation) by the posterior of the log std ratio, within
+      ``CONTRAST_LIMITS``.
+
+    Args:
+        obj_lab: N x 3 Lab, the object's pixels.
+        ring_lab: M x 3 Lab, the ring's.
+        lightness: (prior range, scene spread) of the lightness mismatch, L units.
+        chroma: (prior range, scene spread) of the cast, a-b units.
+        spread: (prior range, scene spread) of the log std ratio.
+
+    Returns:
+        The N x 3 Lab values, lightness clipped to [0, 100].
+    """
+    obj_mean, obj_std = mean_std(obj_lab)
+    ring_mean, ring_std = mean_std(ring_lab)
+    shift = np.zeros(3, dtype=np.float32)
+    shift[0] = posterior_shift(ring_mean[0] - obj_mean[0], *lightness)
+    cast = ring_mean[1:] - obj_mean[1:]
+    length = float(np.hypot(*cast))
+    if length > _EPS:
+        shift[1:] = cast / length * posterior_shift(length, *chroma)
+    scale = np.clip(np.exp(posterior_shift(np.log(ring_std / obj_std), *spread)), *CONTRAST_LIMITS)
+    out = (obj_lab - obj_mean) * scale.astype(np.float32) + obj_mean + shift
+    out[:, 0] = np.clip(out[:, 0], 0.0, 100.0)
+    return out
+
+
+# --- fills for gradient-domain blending ------------------------------------------------------------
+
+def smooth_fill(values: np.ndarray, known: np.ndarray, cells: int) -> np.ndarray:
+    """A smooth field through the ``known`` pixels of ``values`` (H x W x C float): their Gaussian-
+    weighted mean over 1/``cells`` of the window's longer side (normalized convolution), leaning on
+    their global mean where almost none is near."""
+    global_mean = values[known].mean(axis=0)
+    # Work on a coarse copy, 8 px per cell: a blur this wide is smooth at that resolution anyway.
+    height, width = known.shape
+    scale = min(1.0, 8.0 * cells / max(height, width))
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    weight = cv2.resize(known.astype(np.float32), size, interpolation=cv2.INTER_AREA)
+    weighted = cv2.resize(np.ascontiguousarray(values * known[:, :, None], dtype=np.float32), size,
+                          interpolation=cv2.INTER_AREA).reshape(size[1], size[0], -1)
+    sigma = scale * max(height, width) / cells  # one cell, in coarse pixels
+    weight = cv2.GaussianBlur(weight, (0, 0), sigma, borderType=cv2.BORDER_CONSTANT)
+    weighted = cv2.GaussianBlur(weighted, (0, 0), sigma, borderType=cv2.BORDER_CONSTANT).reshape(weighted.shape)
+    prior = 1e-3
+    coarse = (weighted + prior * global_mean) / (weight[:, :, None] + prior)
+    return cv2.resize(coarse, (width, height), interpolation=cv2.INTER_LINEAR).reshape(values.shape)
+
+
+def fill_from_nearest(image: np.ndarray, region: np.ndarray, source: np.ndarray) -> np.ndarray:
+    """``image`` with each ``region`` pixel replaced by the nearest ``source`` pixel's colour."""
+    _, labels = cv2.distanceTransformWithLabels((~source).astype(np.uint8), cv2.DIST_L2, 5,
+                                                labelType=cv2.DIST_LABEL_PIXEL)
+    colour_of_label = np.zeros((labels.max() + 1, 3), dtype=image.dtype)
+    colour_of_label[labels[source]] = image[source]
+    filled = image.copy()
+    filled[region] = colour_of_label[labels[region]]
+    return filled
+
+
+def dilate(mask: np.ndarray, radius: int) -> np.ndarray:
+    """``mask`` grown by a disc of ``radius`` pixels."""
+    kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1, 2 * radius + 1))
+    return cv2.dilate(mask.astype(np.uint8), kernel).astype(bool)
