@@ -207,7 +207,8 @@ def test_a_wide_lens_looking_down_is_found_without_its_field_of_view() -> None:
         conditions={"normal": 1.0}, camera_height_m=(2.4, 2.6), pitch_deg=(29.0, 30.0), hfov_deg=(95.0, 100.0),
         max_curvature=0.0, max_offset_m=0.1)
     # Above the highest horizon a 60 degree lens pitched down 15 degrees (the former limit) has.
-    assert spec.geometry.horizon_v() < (HEIGHT - 1) / 2 - (WIDTH / 2) / math.tan(math.radians(30)) * math.tan(math.radians(15))
+    former_limit = (HEIGHT - 1) / 2 - (WIDTH / 2) / math.tan(math.radians(30)) * math.tan(math.radians(15))
+    assert spec.geometry.horizon_v() < former_limit
     result = detect_track(render_background(spec))
     assert result.detection is not None, result.reason
     assert abs(result.detection.horizon_v - spec.geometry.horizon_v()) < 0.03 * HEIGHT
