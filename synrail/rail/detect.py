@@ -238,6 +238,10 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
             first_failure = first_failure or failure
             continue
         confidence = float(model.inlier_rows(samples).mean())
+        if confidence < _MIN_SUPPORT:
+            # The refits drifted: the final model explains too few of the rows it grew on.
+            first_failure = first_failure or _NoTrack(PAIR_NOT_SUPPORTED)
+            continue
         return TrackResult(_detection(model, top_row, bottom_row, width, height, confidence))
     return TrackResult(None, str(first_failure))
 
@@ -312,8 +316,9 @@ def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_l
     """Segment pairs that can be the ego track's two rails, most likely first, each with the
     rows both segments cover (where the pair's straight lines are right even on a curve).
 
-    Among well-supported pairs the narrowest comes first: the ego rails lie inside a neighbour
-    track's rails, slab edges and bed edges, all of which can pair with one of them.
+    Among well-supported pairs the narrowest at the bottom row comes first: the ego rails lie
+    inside a neighbour track's rails, slab edges, fastener rows and bed edges, all of which can
+    pair with one of them.
 
     Rows of the pair matrix are left-rail candidates, columns right-rail ones. Both rails may
     lean the same way (a tight curve seen through a narrow lens), so sides come from where the
@@ -343,7 +348,11 @@ def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_l
         reach = 0.5 + 0.5 * (np.maximum(high[:, None], high[None, :]) - vp_v) / (bottom - vp_v)
         score = np.where(valid, (segments.length[:, None] + segments.length[None, :]) * reach * (1 - centred), -1.0)
     strong = np.argwhere(score >= _PAIR_SUPPORT_SHARE * score.max())
-    strong = strong[np.argsort(gap_slope[strong[:, 0], strong[:, 1]], kind="stable")]
+    # Narrowest at the bottom row, not by gap slope: with a loose horizon prior, two nearly
+    # parallel outer lines (fastener rows, slab edges) meet far above and have a small slope.
+    with np.errstate(invalid="ignore"):
+        bottom_gap = gap_slope * (bottom - vp_v)
+    strong = strong[np.argsort(bottom_gap[strong[:, 0], strong[:, 1]], kind="stable")]
     candidates: list[tuple[_PairModel, tuple[int, int]]] = []
     for i, j in strong:
         model = _PairModel(horizon_v=float(vp_v[i, j]), a=float(vp_u[i, j]), b=float(0.5 * (ml[i, 0] + mr[0, j])),
@@ -418,7 +427,7 @@ def _up_to_occluder(frame: _Frame, model: _PairModel, samples: _RailSamples, hig
     than three gaps) and fading rails do not.
     """
     edge = _occluder_edge(frame.grey, model, high)
-    if edge is None:
+    if edge is None or _rails_seen_below(frame, model, edge + 3):
         raise _NoTrack(RAILS_NOT_AT_BOTTOM)
     last = edge - 2  # the edge's own blur is no rail
     if last <= high:
@@ -427,10 +436,24 @@ def _up_to_occluder(frame: _Frame, model: _PairModel, samples: _RailSamples, hig
     return (grown, last) if grown is not None else ((model, samples), high)
 
 
+def _rails_seen_below(frame: _Frame, model: _PairModel, row: int) -> bool:
+    """Whether either rail still shows (either polarity, a wide window) on a fifth of the rows
+    from ``row`` down: then the edge is something the rails run over (a timber, a crossing)."""
+    rows = np.arange(row, frame.grey.shape[0], dtype=np.float64)
+    if rows.size < 3:
+        return False
+    for bright in (True, False):
+        band = _measure_rails(frame, model, rows, bright, _FIRST_WINDOW_PER_GAP)
+        if (np.isfinite(band.left) | np.isfinite(band.right)).mean() >= 0.2:
+            return True
+    return False
+
+
 def _occluder_edge(grey: np.ndarray, model: _PairModel, high: int) -> int | None:
     """The row where a horizontal occluder edge crosses the track below row ``high``, or None.
 
-    Per column over the track and a gap either side, the first strong vertical-gradient row
+    Per column over the track and a gap either side (and at least the middle 60 % of the
+    frame: a hood spans the frame, a sleeper does not), the first strong vertical-gradient row
     below ``high`` - 2; an occluder's edge gives rows that agree between neighbouring columns.
     """
     height, width = grey.shape
@@ -439,9 +462,7 @@ def _occluder_edge(grey: np.ndarray, model: _PairModel, high: int) -> int | None
         return None
     left, right = (float(x[0]) for x in model.predict(np.array([float(high)])))
     gap = right - left
-    cols = np.arange(max(0, int(left - gap)), min(width, int(right + gap) + 1))
-    if cols.size < 0.5 * 3 * gap:
-        return None  # the span leaves the image: no evidence across it
+    cols = np.arange(max(0, int(min(left - gap, 0.2 * width))), min(width, int(max(right + gap, 0.8 * width)) + 1))
     gradient = np.abs(cv2.Sobel(grey[start:].astype(np.float32), cv2.CV_32F, 0, 1, ksize=3))[:, cols]
     strong = gradient >= max(40.0, 4.0 * float(np.median(gradient)))
     has_edge = strong.any(axis=0)
