@@ -1,19 +1,21 @@
 """Classical ego-track finding on a cab-view frame: where the two rails under the train run.
 
 Method:
-1. Bright-ridge map: rail heads are polished, so they show as thin bright stripes; a horizontal
-   white top-hat keeps stripes narrower than its kernel and drops wide bright areas (slabs,
-   sleepers, sky), which a plain edge map would keep.
-2. Line segments (``cv2.HoughLinesP``) on the thresholded ridge map of the lower image; candidate
-   ego pairs are segment pairs that meet above both at a plausible horizon, straddle the image
-   centre at the bottom and have a gap-to-row ratio a real camera height gives. Among the well
-   supported ones the narrowest is tried first (the ego rails lie inside neighbour rails, slab
-   and bed edges).
+1. Ridge maps: rail heads are polished, so by day they show as thin bright stripes; under
+   night infrared or on a light bed they show as thin dark bands. Horizontal white and black
+   top-hats keep stripes narrower than their kernel and drop wide areas (slabs, sleepers, sky),
+   which a plain edge map would keep.
+2. Line segments (``cv2.HoughLinesP``) on each thresholded ridge map of the lower image;
+   candidate ego pairs are segment pairs that meet above both at a plausible horizon, straddle
+   the image centre at the bottom and have a gap-to-row ratio a real camera height gives. Among
+   the well supported ones the narrowest at the bottom row is tried first (the ego rails lie
+   inside neighbour rails, fastener rows, slab and bed edges).
 3. Refinement: per row, the strongest thin line is searched in a window around each rail's
    prediction (the kernel follows the gap), the pair model below is refit robustly, and the
-   range grows band by band — down to the bottom of the image, which it must reach, then up
-   toward the horizon while both rails are found where the model expects them and stay
-   resolvable. Far rails on a light bed often show only their dark sides; such bands extend the
+   range grows band by band — down to the bottom of the image, which it must reach unless a
+   hood's edge crosses the frame where the rails end, then up toward the horizon while both
+   rails are found where the model expects them and stay resolvable. A fit that explains under
+   half the rows it grew on is refused. Far rails on a light bed often show only their dark sides; such bands extend the
    range but do not move the fit.
 
 Rail model: a level pinhole camera sees a ground curve ``X(Z) = o + k Z^2 / 2`` as
