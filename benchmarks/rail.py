@@ -1,6 +1,8 @@
-"""Classical track finding and camera estimation against procedural scenes' exact geometry.
+"""Classical track finding and camera estimation against procedural scenes' exact geometry, or
+ego-track finding on labelled real frames.
 
     python benchmarks/rail.py [--scenes 48] [--width 1280 --height 720] [--seed 0]
+    python benchmarks/rail.py --real DIR [--width 1280] [--split even|odd] [--overlays OUT]
 
 Renders scenes cycling through track type x condition x straight/curved (camera height, pitch,
 fov, offset drawn like the default config), runs ``detect_track`` + ``estimate_geometry`` with the
@@ -12,12 +14,16 @@ true field of view and prints, per group and overall:
 - distance error |d_est - d_true| / d_true at true track pixels 10-60 m away (median, p90 over
   scenes of each scene's median), and camera-height error (median);
 - milliseconds per frame for detection + estimation (one thread).
+
+With ``--real DIR`` it runs ``detect_track`` on each frame of DIR
+resized to ``--width`` (aspect kept, coordinates scaled back) and compares with DIR/labels.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
 import sys
 import time
@@ -131,8 +137,15 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=1280)
     parser.add_argument("--height", type=int, default=720)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--real", type=Path, help="folder of frames with labels.json: benchmark on them")
+    parser.add_argument("--split", choices=("even", "odd"),
+                        help="with --real: only frames whose name ends in an even / odd number")
+    parser.add_argument("--overlays", type=Path, help="with --real: write label vs detection pictures here")
     args = parser.parse_args()
     cv2.setNumThreads(1)
+    if args.real is not None:
+        run_real_benchmark(args.real, width=args.width, split=args.split, overlays=args.overlays)
+        return
     outcomes = []
     for index in range(args.scenes):
         spec, curve = scene(index, args.seed, args.width, args.height)
@@ -152,6 +165,144 @@ def main() -> None:
         chosen = [o for o in outcomes if keep(o)]
         if chosen:
             print(summary_row(name, chosen))
+
+
+# -- real frames -----------------------------------------------------------------------------------
+REAL_TOLERANCE = 0.15      # a rail is right on a row within this share of the label's rail gap
+REAL_ROWS_NEEDED = 0.8     # ... and a detection is correct when both are on this share of rows
+REAL_ROWS = 60             # rows sampled evenly over each label's extent
+
+
+@dataclass
+class RealOutcome:
+    name: str
+    group: str
+    labelled: bool                 # the frame has an ego track (label not null)
+    detected: bool
+    reason: str | None = None
+    ms: float = math.nan
+    right_rows: float = math.nan   # share of labelled rows where both rails are right
+    error: float = math.nan        # median over covered rows of the worse rail's error / gap
+    neighbour: bool = False        # the detection lies on another track (centre off by > half a gap)
+
+    @property
+    def correct(self) -> bool:
+        return self.labelled and self.detected and self.right_rows >= REAL_ROWS_NEEDED
+
+
+def frame_group(name: str) -> str:
+    return name.split("_", 1)[0] if "_" in name else Path(name).stem
+
+
+def in_split(name: str, split: str | None) -> bool:
+    """Whether a frame belongs to the split: its name's last number is even / odd (None: all)."""
+    if split is None:
+        return True
+    digits = "".join(ch for ch in Path(name).stem.split("_")[-1] if ch.isdigit())
+    return bool(digits) and (int(digits) % 2 == 0) == (split == "even")
+
+
+def label_rows(label: dict[str, list[list[float]]], n: int = REAL_ROWS
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows evenly over the rows both labelled rails cover, and both rails' columns there."""
+    left, right = (np.asarray(label[side], dtype=np.float64) for side in ("left", "right"))
+    low = max(left[:, 1].min(), right[:, 1].min())
+    high = min(left[:, 1].max(), right[:, 1].max())
+    rows = np.linspace(low, high, n)
+
+    def column(polyline: np.ndarray) -> np.ndarray:
+        order = np.argsort(polyline[:, 1])
+        return np.interp(rows, polyline[order, 1], polyline[order, 0])
+
+    return rows, column(left), column(right)
+
+
+def score_detection(outcome: RealOutcome, detection, scale: float, label) -> None:
+    """Fills the outcome's row share, error and neighbour flag from a detection at ``scale``."""
+    rows, left, right = label_rows(label)
+    gap = right - left
+    v = rows * scale
+    det_left, det_right = detection.left_fit.x(v) / scale, detection.right_fit.x(v) / scale
+    covered = v >= detection.top_row
+    error = np.maximum(np.abs(det_left - left), np.abs(det_right - right)) / gap
+    outcome.right_rows = float(np.mean(covered & (error <= REAL_TOLERANCE)))
+    outcome.error = float(np.median(error[covered])) if covered.any() else math.inf
+    offset = np.abs(0.5 * (det_left + det_right) - 0.5 * (left + right)) / gap
+    outcome.neighbour = bool(covered.any() and np.median(offset[covered]) > 0.5)
+
+
+def evaluate_real(path: Path, label, width: int, overlays: Path | None) -> RealOutcome:
+    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    scale = width / image.shape[1]
+    resized = cv2.resize(image, (width, round(image.shape[0] * scale)),
+                         interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+    start = time.perf_counter()
+    result = detect_track(resized)
+    ms = 1000 * (time.perf_counter() - start)
+    outcome = RealOutcome(path.name, frame_group(path.name), labelled=label is not None,
+                          detected=result.detection is not None, reason=result.reason, ms=ms)
+    if result.detection is not None and label is not None:
+        score_detection(outcome, result.detection, scale, label)
+    if overlays is not None:
+        draw_overlay(resized, result.detection, label, scale, outcome, overlays / path.name)
+    return outcome
+
+
+def draw_overlay(image: np.ndarray, detection, label, scale: float, outcome: RealOutcome, out: Path) -> None:
+    """Label rails in green, detected rails in red (from their top row down), verdict in the corner."""
+    canvas = image.copy()
+    thickness = max(1, image.shape[1] // 500)
+    if label is not None:
+        for side in ("left", "right"):
+            points = (np.asarray(label[side], dtype=np.float64) * scale).round().astype(np.int32)
+            cv2.polylines(canvas, [points], False, (0, 255, 0), thickness, cv2.LINE_AA)
+    if detection is not None:
+        rows = np.arange(detection.top_row, image.shape[0], dtype=np.float64)
+        for fit in (detection.left_fit, detection.right_fit):
+            points = np.stack([fit.x(rows), rows], axis=1).round().astype(np.int32)
+            cv2.polylines(canvas, [points], False, (0, 0, 255), thickness, cv2.LINE_AA)
+    verdict = (f"correct {outcome.right_rows:.0%} err {outcome.error:.2f}" if outcome.correct
+               else f"WRONG {outcome.right_rows:.0%} err {outcome.error:.2f}" if outcome.detected
+               else f"none: {outcome.reason}")
+    cv2.putText(canvas, verdict, (10, 40), cv2.FONT_HERSHEY_SIMPLEX, 1.0, (0, 255, 255), 2, cv2.LINE_AA)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(out), canvas, [cv2.IMWRITE_JPEG_QUALITY, 85])
+
+
+def real_summary_row(name: str, outcomes: list[RealOutcome]) -> str:
+    labelled = [o for o in outcomes if o.labelled]
+    found = [o for o in labelled if o.detected]
+    errors = [o.error for o in found]
+    false = sum(o.detected for o in outcomes if not o.labelled)
+    return (f"{name:<12}{len(outcomes):>4}{len(labelled):>6}{len(found):>6}"
+            f"{sum(o.correct for o in labelled):>8}"
+            f"{100 * len(found) / max(1, len(labelled)):>7.0f}%"
+            f"{100 * sum(o.correct for o in labelled) / max(1, len(labelled)):>7.0f}%"
+            f"{np.median(errors) if errors else math.nan:>8.3f}{false:>7}"
+            f"{sum(o.neighbour for o in found):>7}{np.median([o.ms for o in outcomes]):>7.0f}")
+
+
+def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays: Path | None) -> None:
+    """Runs ``detect_track`` on each labelled frame in ``folder`` and prints the table."""
+    labels = json.loads((folder / "labels.json").read_text())
+    names = sorted(name for name in labels if in_split(name, split) and (folder / name).is_file())
+    outcomes = [evaluate_real(folder / name, labels[name], width, overlays) for name in names]
+    for o in outcomes:
+        verdict = ("correct" if o.correct else "neighbour track" if o.neighbour
+                   else "wrong" if o.detected and o.labelled else "false detection" if o.detected
+                   else f"none ({o.reason})")
+        rows = f" rows {o.right_rows:4.0%} err {o.error:6.3f}" if o.detected and o.labelled else ""
+        print(f"{o.name:<22}{verdict}{rows}")
+    print(f"\n{len(names)} frames from {folder}{f' ({split} split)' if split else ''}, detected at {width} px "
+          f"wide (aspect kept, coordinates scaled back); correct = both rails within {REAL_TOLERANCE} of the "
+          f"label's rail gap on >= {REAL_ROWS_NEEDED:.0%} of the labelled rows; err = median over found "
+          f"frames of the per-frame median row error in gap units; false = detections on null frames; "
+          f"nbr = detections on another track")
+    print(f"{'group':<12}{'n':>4}{'track':>6}{'found':>6}{'correct':>8}{'found':>8}{'correct':>8}"
+          f"{'err':>8}{'false':>7}{'nbr':>7}{'ms':>7}")
+    print(real_summary_row("all", outcomes))
+    for group in sorted({o.group for o in outcomes}):
+        print(real_summary_row(group, [o for o in outcomes if o.group == group]))
 
 
 if __name__ == "__main__":

@@ -1,19 +1,21 @@
 """Classical ego-track finding on a cab-view frame: where the two rails under the train run.
 
 Method:
-1. Bright-ridge map: rail heads are polished, so they show as thin bright stripes; a horizontal
-   white top-hat keeps stripes narrower than its kernel and drops wide bright areas (slabs,
-   sleepers, sky), which a plain edge map would keep.
-2. Line segments (``cv2.HoughLinesP``) on the thresholded ridge map of the lower image; candidate
-   ego pairs are segment pairs that meet above both at a plausible horizon, straddle the image
-   centre at the bottom and have a gap-to-row ratio a real camera height gives. Among the well
-   supported ones the narrowest is tried first (the ego rails lie inside neighbour rails, slab
-   and bed edges).
+1. Ridge maps: rail heads are polished, so by day they show as thin bright stripes; under
+   night infrared or on a light bed they show as thin dark bands. Horizontal white and black
+   top-hats keep stripes narrower than their kernel and drop wide areas (slabs, sleepers, sky),
+   which a plain edge map would keep.
+2. Line segments (``cv2.HoughLinesP``) on each thresholded ridge map of the lower image;
+   candidate ego pairs are segment pairs that meet above both at a plausible horizon, straddle
+   the image centre at the bottom and have a gap-to-row ratio a real camera height gives. Among
+   the well supported ones the narrowest at the bottom row is tried first (the ego rails lie
+   inside neighbour rails, fastener rows, slab and bed edges).
 3. Refinement: per row, the strongest thin line is searched in a window around each rail's
    prediction (the kernel follows the gap), the pair model below is refit robustly, and the
-   range grows band by band — down to the bottom of the image, which it must reach, then up
-   toward the horizon while both rails are found where the model expects them and stay
-   resolvable. Far rails on a light bed often show only their dark sides; such bands extend the
+   range grows band by band — down to the bottom of the image, which it must reach unless a
+   hood's edge crosses the frame where the rails end, then up toward the horizon while both
+   rails are found where the model expects them and stay resolvable. A fit that explains under
+   half the rows it grew on is refused. Far rails on a light bed often show only their dark sides; such bands extend the
    range but do not move the fit.
 
 Rail model: a level pinhole camera sees a ground curve ``X(Z) = o + k Z^2 / 2`` as
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import cv2
 import numpy as np
@@ -44,7 +47,10 @@ RAILS_NOT_AT_BOTTOM = "rails do not reach the bottom of the image"
 
 MIN_GAP_PX = 4.0             # closer than this the two rails are no longer resolvable
 GAP_SLOPE_RANGE = (0.28, 1.3)  # d(gap)/d(row) = (gauge + head) cos(pitch) / camera height: 1.15-5.4 m
-PITCH_RANGE_DEG = (-3.0, 15.0)  # horizon rows a cab camera can have
+PITCH_RANGE_DEG = (-5.0, 25.0)  # horizon rows a cab camera can have (CCTV cameras look down steeply)
+# Horizon rows (share of the image height) when the lens is unknown: a wide CCTV lens pitched
+# down puts it near the top edge or above it; no cab camera sees it in the lower third.
+UNKNOWN_LENS_HORIZON = (-0.5, 0.65)
 _TOPHAT_PER_GAP = 1 / 8      # ridge kernel width per rail gap: ~3 bright rail-head widths
 _WINDOW_PER_GAP = 0.2        # search window half-width per rail gap: well clear of the other rail
 _FIRST_WINDOW_PER_GAP = 0.35  # ... around straight Hough lines, which cut a curve's chords
@@ -78,6 +84,7 @@ class TrackDetection:
     vanishing_point: tuple[float, float]   # (u, v) where the rails' tangents at the bottom meet
     confidence: float                      # share of rows where both rails lie where the fits say
     top_row: int                           # first (farthest) row the mask covers
+    bottom_row: int | None = None          # last row it covers, above a hood; None: the image's last
 
     @property
     def horizon_v(self) -> float:
@@ -157,37 +164,110 @@ class _RailSamples:
         """Share of rows where both rails were found."""
         return float((np.isfinite(self.left) & np.isfinite(self.right)).mean()) if self.rows.size else 0.0
 
+    def straightness(self) -> float:
+        """Share of rows where both rails lie on a straight line through their own samples.
+
+        Used where no model is trusted yet (around Hough chords): over a short band a rail is
+        straight, while peaks picked from ballast grain or a wrong-polarity map scatter.
+        """
+        if self.rows.size < 4:
+            return 0.0
+        on_line = np.ones(self.rows.size, dtype=bool)
+        for x in (self.left, self.right):
+            on_line &= _on_robust_line(self.rows, x)
+        return float(on_line.mean())
+
     def joined(self, other: _RailSamples) -> _RailSamples:
         return _RailSamples(*(np.concatenate([getattr(self, name), getattr(other, name)])
                               for name in ("rows", "left", "right", "dark")))
 
 
-def detect_track(image_bgr: np.ndarray, *, hfov_deg: float = 60.0, max_rows_fraction: float = 0.6
-                 ) -> TrackResult:
-    """Finds the ego track in the lower ``max_rows_fraction`` of a BGR image.
+def _on_robust_line(rows: np.ndarray, x: np.ndarray, tolerance_px: float = 2.0) -> np.ndarray:
+    """Which samples lie within ``tolerance_px`` (or 3 robust sigmas, if less tight) of a
+    straight line refit twice on its own inliers; NaN samples never do."""
+    found = np.isfinite(x)
+    keep = found.copy()
+    fit = np.zeros(2)
+    for _ in range(3):
+        if keep.sum() < 3:
+            return np.zeros_like(found)
+        fit = np.polyfit(rows[keep], x[keep], 1)
+        residual = np.abs(np.where(found, x, np.inf) - np.polyval(fit, rows))
+        keep = found & (residual <= max(tolerance_px, 3 * 1.4826 * float(np.median(residual[keep]))))
+    return found & (np.abs(np.where(found, x, np.inf) - np.polyval(fit, rows)) <= tolerance_px)
 
-    ``hfov_deg`` only bounds where the horizon may lie (pitch range); the estimate of the camera
-    itself is ``estimate.estimate_geometry``'s job.
+
+def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_rows_fraction: float = 0.6,
+                 bottom_ignore: float = 0.0, ignore_mask: np.ndarray | None = None) -> TrackResult:
+    """Finds the ego track in a BGR (or grey) cab-view image.
+
+    Args:
+        image_bgr: the frame, H x W x 3 BGR or H x W grey.
+        hfov_deg: the horizontal field of view, when known; it only bounds where the horizon may
+            lie (pitch range). None (unknown lens) allows any horizon a cab camera can have.
+            Estimating the camera itself is ``estimate.estimate_geometry``'s job.
+        max_rows_fraction: the rail pair is first looked for in this lower share of the image
+            (the rails are then followed as far up as they can be seen).
+        bottom_ignore: share of the image height at the bottom that shows no track (a cab's
+            hood or dashboard): the rails must reach the row above it.
+        ignore_mask: H x W bool, True where the image shows no scene (burnt-in text, a HUD, a
+            hood); nothing there counts as a rail. Rows it covers entirely at the bottom count
+            as ``bottom_ignore``.
+
+    Returns:
+        The detection, or None with the reason. Rails that end above the bottom are accepted
+        only where a horizontal occluder edge (a hood) crosses the track there.
     """
     height, width = image_bgr.shape[:2]
-    grey = cv2.GaussianBlur(cv2.cvtColor(image_bgr, cv2.COLOR_BGR2GRAY), (3, 3), 0)
-    first_row = int(height * (1 - max_rows_fraction))
-    focal = (width / 2) / math.tan(math.radians(hfov_deg) / 2)
-    horizon_limits = tuple((height - 1) / 2 - focal * math.tan(math.radians(p)) for p in PITCH_RANGE_DEG[::-1])
+    grey = image_bgr if image_bgr.ndim == 2 else cv2.cvtColor(image_bgr, cv2.COLOR_BGR2GRAY)
+    grey = cv2.GaussianBlur(grey, (3, 3), 0)
+    visible = _visible_rows(height, bottom_ignore, ignore_mask)
+    keep = None if ignore_mask is None else ~ignore_mask[:visible]
+    grey = grey[:visible]
+    first_row = int(visible - height * max_rows_fraction)
+    horizon_limits = _horizon_limits(width, height, hfov_deg)
     try:
-        candidates = _ego_pair_candidates(_ridge_segments(grey, first_row), width, height, horizon_limits)
+        candidates = _ego_pair_candidates(_ridge_segments(grey, max(0, first_row), keep), width, visible,
+                                          horizon_limits)
     except _NoTrack as failure:
         return TrackResult(None, str(failure))
     first_failure = None
     for model, seen_rows in candidates:
         try:
-            model, samples, top_row = _track_rails(grey, model, seen_rows, first_row, horizon_limits)
+            model, samples, top_row, bottom_row = _track_rails(_Frame(grey, keep), model, seen_rows,
+                                                               horizon_limits)
         except _NoTrack as failure:
             first_failure = first_failure or failure
             continue
         confidence = float(model.inlier_rows(samples).mean())
-        return TrackResult(_detection(model, top_row, width, height, confidence))
+        if confidence < _MIN_SUPPORT:
+            # The refits drifted: the final model explains too few of the rows it grew on.
+            first_failure = first_failure or _NoTrack(PAIR_NOT_SUPPORTED)
+            continue
+        return TrackResult(_detection(model, top_row, bottom_row, width, height, confidence))
     return TrackResult(None, str(first_failure))
+
+
+def _visible_rows(height: int, bottom_ignore: float, ignore_mask: np.ndarray | None) -> int:
+    """How many rows from the top show the scene: above ``bottom_ignore`` and above the rows
+    the ignore mask covers (almost) entirely at the bottom."""
+    visible = height - int(round(height * min(max(bottom_ignore, 0.0), 0.9)))
+    if ignore_mask is not None:
+        if ignore_mask.shape[:2] != (height, ignore_mask.shape[1]) or ignore_mask.ndim != 2:
+            raise ValueError(f"ignore_mask must be H x W like the image, got {ignore_mask.shape}")
+        covered = ignore_mask.mean(axis=1) >= 0.9
+        while visible > height // 10 and covered[visible - 1]:
+            visible -= 1
+    return visible
+
+
+def _horizon_limits(width: int, height: int, hfov_deg: float | None) -> tuple[float, float]:
+    """Rows the horizon may lie on: from the pitch range with a known lens, else wide bounds."""
+    if hfov_deg is None:
+        return (UNKNOWN_LENS_HORIZON[0] * height, UNKNOWN_LENS_HORIZON[1] * height)
+    focal = (width / 2) / math.tan(math.radians(hfov_deg) / 2)
+    low, high = ((height - 1) / 2 - focal * math.tan(math.radians(p)) for p in PITCH_RANGE_DEG[::-1])
+    return (low, high)
 
 
 class _NoTrack(Exception):
@@ -195,19 +275,21 @@ class _NoTrack(Exception):
 
 
 # -- stage 1: segments and the ego pair --------------------------------------------------------
-def _ridge_segments(grey: np.ndarray, first_row: int) -> _Segments:
-    """Long, steep bright-ridge segments below ``first_row`` (full-image coordinates)."""
+def _ridge_segments(grey: np.ndarray, first_row: int, keep: np.ndarray | None = None) -> _Segments:
+    """Long, steep thin-line segments below ``first_row`` (full-image coordinates), bright
+    ridges and dark grooves alike: polished heads show bright by day, but under infrared
+    lighting or on a light bed rails often show as dark bands."""
     height, width = grey.shape
     roi = grey[first_row:]
     kernel = max(5, width // 40) | 1  # ~ 3 rail-head widths near the bottom of a cab view
-    ridge = cv2.morphologyEx(roi, cv2.MORPH_TOPHAT, cv2.getStructuringElement(cv2.MORPH_RECT, (kernel, 1)))
-    threshold = max(4.0, float(np.percentile(ridge, 95)))
-    binary = (ridge > threshold).astype(np.uint8) * 255
-    lines = cv2.HoughLinesP(binary, 1, np.pi / 180, threshold=max(15, height // 24),
-                            minLineLength=max(12, height // 16), maxLineGap=max(3, height // 70))
-    if lines is None:
+    element = cv2.getStructuringElement(cv2.MORPH_RECT, (kernel, 1))
+    roi_keep = None if keep is None else keep[first_row:]
+    found = [lines for operation in (cv2.MORPH_TOPHAT, cv2.MORPH_BLACKHAT)
+             if (lines := _hough_lines(_masked(cv2.morphologyEx(roi, operation, element), roi_keep), height))
+             is not None]
+    if not found:
         raise _NoTrack(NO_RAIL_EDGES)
-    x1, y1, x2, y2 = lines.reshape(-1, 4).astype(np.float64).T
+    x1, y1, x2, y2 = np.concatenate(found).reshape(-1, 4).astype(np.float64).T
     y1, y2 = y1 + first_row, y2 + first_row
     # Sleepers, fastener rows and the horizon lie flat; ego rails never within ~14 degrees of it.
     steep = np.abs(y2 - y1) >= 0.25 * np.hypot(x2 - x1, y2 - y1)
@@ -218,13 +300,27 @@ def _ridge_segments(grey: np.ndarray, first_row: int) -> _Segments:
     return _Segments(m, x1 - m * y1, np.minimum(y1, y2), np.maximum(y1, y2), np.hypot(x2 - x1, y2 - y1))
 
 
+def _masked(ridge: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
+    """The ridge map with ignored pixels (burnt-in text, a HUD) set to no ridge."""
+    return ridge if keep is None else np.where(keep, ridge, 0).astype(ridge.dtype)
+
+
+def _hough_lines(ridge: np.ndarray, height: int) -> np.ndarray | None:
+    """Probabilistic Hough segments on a ridge map's strongest 5 %."""
+    threshold = max(4.0, float(np.percentile(ridge, 95)))
+    binary = (ridge > threshold).astype(np.uint8) * 255
+    return cv2.HoughLinesP(binary, 1, np.pi / 180, threshold=max(15, height // 24),
+                           minLineLength=max(12, height // 16), maxLineGap=max(3, height // 70))
+
+
 def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_limits: tuple[float, float]
                          ) -> list[tuple[_PairModel, tuple[int, int]]]:
     """Segment pairs that can be the ego track's two rails, most likely first, each with the
     rows both segments cover (where the pair's straight lines are right even on a curve).
 
-    Among well-supported pairs the narrowest comes first: the ego rails lie inside a neighbour
-    track's rails, slab edges and bed edges, all of which can pair with one of them.
+    Among well-supported pairs the narrowest at the bottom row comes first: the ego rails lie
+    inside a neighbour track's rails, slab edges, fastener rows and bed edges, all of which can
+    pair with one of them.
 
     Rows of the pair matrix are left-rail candidates, columns right-rail ones. Both rails may
     lean the same way (a tight curve seen through a narrow lens), so sides come from where the
@@ -254,7 +350,11 @@ def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_l
         reach = 0.5 + 0.5 * (np.maximum(high[:, None], high[None, :]) - vp_v) / (bottom - vp_v)
         score = np.where(valid, (segments.length[:, None] + segments.length[None, :]) * reach * (1 - centred), -1.0)
     strong = np.argwhere(score >= _PAIR_SUPPORT_SHARE * score.max())
-    strong = strong[np.argsort(gap_slope[strong[:, 0], strong[:, 1]], kind="stable")]
+    # Narrowest at the bottom row, not by gap slope: with a loose horizon prior, two nearly
+    # parallel outer lines (fastener rows, slab edges) meet far above and have a small slope.
+    with np.errstate(invalid="ignore"):
+        bottom_gap = gap_slope * (bottom - vp_v)
+    strong = strong[np.argsort(bottom_gap[strong[:, 0], strong[:, 1]], kind="stable")]
     candidates: list[tuple[_PairModel, tuple[int, int]]] = []
     for i, j in strong:
         model = _PairModel(horizon_v=float(vp_v[i, j]), a=float(vp_u[i, j]), b=float(0.5 * (ml[i, 0] + mr[0, j])),
@@ -274,21 +374,27 @@ def _same_rails(a: _PairModel, b: _PairModel, row: float) -> bool:
 
 
 # -- stage 2: following the rails -------------------------------------------------------------
-def _track_rails(grey: np.ndarray, model: _PairModel, seen_rows: tuple[int, int], first_row: int,
-                 horizon_limits: tuple[float, float]) -> tuple[_PairModel, _RailSamples, int]:
-    """From the rows the pair was seen on, grows the fitted range band by band: down to the
-    bottom of the image (required), then up toward the horizon while both rails keep their
-    support and stay resolvable.
+class _Frame(NamedTuple):
+    grey: np.ndarray
+    keep: np.ndarray | None  # False where nothing may count as a rail (ignore mask)
 
-    Returns the refined model, the samples of the accepted rows and the first (top) one.
+
+def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
+                 horizon_limits: tuple[float, float]) -> tuple[_PairModel, _RailSamples, int, int]:
+    """From the rows the pair was seen on, grows the fitted range band by band: down to the
+    bottom of the image (required, unless a hood's edge crosses the track where the rails end),
+    then up toward the horizon while both rails keep their support and stay resolvable.
+
+    Returns the refined model, the samples of the accepted rows, the first (top) and last
+    (bottom) one.
     """
-    height = grey.shape[0]
+    height = frame.grey.shape[0]
     low, high = _widened(seen_rows, max(8, height // 20), height)
     samples = _RailSamples(*(np.empty(0),) * 3, np.empty(0, dtype=bool))
     # The second pass measures with the band's own fit, no longer the Hough lines.
     for hough in (True, False):
         window = _FIRST_WINDOW_PER_GAP if hough else _WINDOW_PER_GAP
-        grown = _extend(grey, model, samples, np.arange(low, high + 1, dtype=np.float64), horizon_limits,
+        grown = _extend(frame, model, samples, np.arange(low, high + 1, dtype=np.float64), horizon_limits,
                         window, trust_model=not hough)
         if grown is None:
             raise _NoTrack(PAIR_NOT_SUPPORTED)
@@ -296,19 +402,78 @@ def _track_rails(grey: np.ndarray, model: _PairModel, seen_rows: tuple[int, int]
     samples = first_band
     while high < height - 1:
         below = min(height - 1, int(math.ceil(model.horizon_v + (high - model.horizon_v) / _GROWTH)))
-        grown = _extend(grey, model, samples, np.arange(high + 1, below + 1, dtype=np.float64), horizon_limits)
+        grown = _extend(frame, model, samples, np.arange(high + 1, below + 1, dtype=np.float64), horizon_limits)
         if grown is None:
-            raise _NoTrack(RAILS_NOT_AT_BOTTOM)
+            grown, below = _up_to_occluder(frame, model, samples, high, horizon_limits)
+            (model, samples), high = grown, below
+            break
         (model, samples), high = grown, below
     while True:
-        limit = int(math.ceil(max(float(first_row), model.row_at_gap(MIN_GAP_PX))))
+        limit = int(math.ceil(max(0.0, model.row_at_gap(MIN_GAP_PX))))
         above = max(limit, int(math.ceil(model.horizon_v + (low - model.horizon_v) * _GROWTH)))
         if above >= low:
-            return model, samples, low
-        grown = _extend(grey, model, samples, np.arange(above, low, dtype=np.float64), horizon_limits)
+            return model, samples, low, high
+        grown = _extend(frame, model, samples, np.arange(above, low, dtype=np.float64), horizon_limits)
         if grown is None:
-            return model, samples, low
+            return model, samples, low, high
         (model, samples), low = grown, above
+
+
+def _up_to_occluder(frame: _Frame, model: _PairModel, samples: _RailSamples, high: int,
+                    horizon_limits: tuple[float, float]) -> tuple[tuple[_PairModel, _RailSamples], int]:
+    """Where the rails stop being found above the bottom, the fit and the last row the rails
+    reach, if a hood's (or dashboard's) edge crosses the track just below them; else no track.
+
+    Rails ending in the open are a pair of lines that is not a track. An occluder spanning the
+    frame leaves a coherent edge across the track and beyond it; ballast, sleepers (shorter
+    than three gaps) and fading rails do not.
+    """
+    edge = _occluder_edge(frame.grey, model, high)
+    if edge is None or _rails_seen_below(frame, model, edge + 3):
+        raise _NoTrack(RAILS_NOT_AT_BOTTOM)
+    last = edge - 2  # the edge's own blur is no rail
+    if last <= high:
+        return (model, samples), high
+    grown = _extend(frame, model, samples, np.arange(high + 1, last + 1, dtype=np.float64), horizon_limits)
+    return (grown, last) if grown is not None else ((model, samples), high)
+
+
+def _rails_seen_below(frame: _Frame, model: _PairModel, row: int) -> bool:
+    """Whether either rail still shows (either polarity, a wide window) on a fifth of the rows
+    from ``row`` down: then the edge is something the rails run over (a timber, a crossing)."""
+    rows = np.arange(row, frame.grey.shape[0], dtype=np.float64)
+    if rows.size < 3:
+        return False
+    for bright in (True, False):
+        band = _measure_rails(frame, model, rows, bright, _FIRST_WINDOW_PER_GAP)
+        if (np.isfinite(band.left) | np.isfinite(band.right)).mean() >= 0.2:
+            return True
+    return False
+
+
+def _occluder_edge(grey: np.ndarray, model: _PairModel, high: int) -> int | None:
+    """The row where a horizontal occluder edge crosses the track below row ``high``, or None.
+
+    Per column over the track and a gap either side (and at least the middle 60 % of the
+    frame: a hood spans the frame, a sleeper does not), the first strong vertical-gradient row
+    below ``high`` - 2; an occluder's edge gives rows that agree between neighbouring columns.
+    """
+    height, width = grey.shape
+    start = max(0, high - 2)
+    if start >= height - 2:
+        return None
+    left, right = (float(x[0]) for x in model.predict(np.array([float(high)])))
+    gap = right - left
+    cols = np.arange(max(0, int(min(left - gap, 0.2 * width))), min(width, int(max(right + gap, 0.8 * width)) + 1))
+    gradient = np.abs(cv2.Sobel(grey[start:].astype(np.float32), cv2.CV_32F, 0, 1, ksize=3))[:, cols]
+    strong = gradient >= max(40.0, 4.0 * float(np.median(gradient)))
+    has_edge = strong.any(axis=0)
+    if has_edge.mean() < 0.9:
+        return None
+    rows = np.argmax(strong, axis=0)[has_edge]
+    if np.median(np.abs(np.diff(rows))) > 1.0 or np.percentile(np.abs(np.diff(rows)), 90) > 3.0:
+        return None
+    return start + int(np.median(rows))
 
 
 def _widened(rows: tuple[int, int], at_least: int, height: int) -> tuple[int, int]:
@@ -318,12 +483,12 @@ def _widened(rows: tuple[int, int], at_least: int, height: int) -> tuple[int, in
     return max(0, low - missing // 2), min(height - 1, high + missing - missing // 2)
 
 
-def _extend(grey: np.ndarray, model: _PairModel, samples: _RailSamples, rows: np.ndarray,
+def _extend(frame: _Frame, model: _PairModel, samples: _RailSamples, rows: np.ndarray,
             horizon_limits: tuple[float, float], window: float = _WINDOW_PER_GAP, trust_model: bool = True
             ) -> tuple[_PairModel, _RailSamples] | None:
     """Measures a new band of rows and refits on everything; None when the band lacks support
     or does not agree with the refit."""
-    band = _measure_band(grey, model, rows, window, trust_model)
+    band = _measure_band(frame, model, rows, window, trust_model)
     if band is None:
         return None
     grown = samples.joined(band)
@@ -333,7 +498,7 @@ def _extend(grey: np.ndarray, model: _PairModel, samples: _RailSamples, rows: np
     return refit, grown
 
 
-def _measure_band(grey: np.ndarray, model: _PairModel, rows: np.ndarray, window: float, trust_model: bool
+def _measure_band(frame: _Frame, model: _PairModel, rows: np.ndarray, window: float, trust_model: bool
                   ) -> _RailSamples | None:
     """The band's rail samples in whichever polarity finds both rails (where a trusted model
     expects them) on more rows; None if neither does on enough.
@@ -341,14 +506,14 @@ def _measure_band(grey: np.ndarray, model: _PairModel, rows: np.ndarray, window:
     Near rails show bright polished heads; far ones, on a light bed, often only their dark sides.
     """
     def agreement(band: _RailSamples) -> float:
-        return float(model.inlier_rows(band).mean()) if trust_model else band.support()
+        return float(model.inlier_rows(band).mean()) if trust_model else band.straightness()
 
-    bright, dark = (_measure_rails(grey, model, rows, polarity, window) for polarity in (True, False))
+    bright, dark = (_measure_rails(frame, model, rows, polarity, window) for polarity in (True, False))
     best = bright if agreement(bright) >= agreement(dark) else dark
     return best if agreement(best) >= _MIN_SUPPORT else None
 
 
-def _measure_rails(grey: np.ndarray, model: _PairModel, rows: np.ndarray, bright: bool, window: float
+def _measure_rails(frame: _Frame, model: _PairModel, rows: np.ndarray, bright: bool, window: float
                    ) -> _RailSamples:
     """Per row, the strongest thin line within ``window`` x gap of each rail's prediction (NaN
     where none stands out)."""
@@ -357,7 +522,9 @@ def _measure_rails(grey: np.ndarray, model: _PairModel, rows: np.ndarray, bright
     # A rail crosses a row over about (1 + |dx/dy|) pixels: on a curve, far rails lie nearly flat.
     crossing = 1 + np.abs(model.slopes(rows)).max(axis=0)
     kernels = np.maximum(np.maximum(3, gap * _TOPHAT_PER_GAP), 3 * crossing)
-    ridge = _row_tophat(grey, rows.astype(np.int64), kernels, bright)
+    ridge = _row_tophat(frame.grey, rows.astype(np.int64), kernels, bright)
+    if frame.keep is not None:
+        ridge = _masked(ridge, frame.keep[rows.astype(np.int64)])
     return _RailSamples(rows, _ridge_peaks(ridge, left_pred, window * gap, gap),
                         _ridge_peaks(ridge, right_pred, window * gap, gap), np.full(rows.size, not bright))
 
@@ -466,7 +633,8 @@ def _tukey(residual: np.ndarray, scale: np.ndarray) -> np.ndarray:
 
 
 # -- output --------------------------------------------------------------------------------------
-def _detection(model: _PairModel, top_row: int, width: int, height: int, confidence: float) -> TrackDetection:
+def _detection(model: _PairModel, top_row: int, bottom_row: int, width: int, height: int, confidence: float
+               ) -> TrackDetection:
     left = RailFit(model.horizon_v, model.a, model.b - model.d, model.c)
     right = RailFit(model.horizon_v, model.a, model.b + model.d, model.c)
     # Both rails' tangents at the bottom row meet on the horizon (they are parallel on the ground).
@@ -474,16 +642,18 @@ def _detection(model: _PairModel, top_row: int, width: int, height: int, confide
     centre_slope = model.b - model.c / t_bottom**2
     centre_bottom = model.a + model.b * t_bottom + model.c / t_bottom
     vanishing_point = (float(centre_bottom - centre_slope * t_bottom), float(model.horizon_v))
-    return TrackDetection(mask=_track_area(left, right, top_row, width, height), left_fit=left, right_fit=right,
-                          vanishing_point=vanishing_point, confidence=confidence, top_row=top_row)
+    return TrackDetection(mask=_track_area(left, right, top_row, bottom_row, width, height), left_fit=left,
+                          right_fit=right, vanishing_point=vanishing_point, confidence=confidence, top_row=top_row,
+                          bottom_row=None if bottom_row >= height - 1 else bottom_row)
 
 
-def _track_area(left: RailFit, right: RailFit, top_row: int, width: int, height: int) -> np.ndarray:
-    """Pixels between the rails' outer head edges, from ``top_row`` to the bottom."""
-    rows = np.arange(top_row, height, dtype=np.float64)
+def _track_area(left: RailFit, right: RailFit, top_row: int, bottom_row: int, width: int, height: int
+                ) -> np.ndarray:
+    """Pixels between the rails' outer head edges, from ``top_row`` to ``bottom_row``."""
+    rows = np.arange(top_row, bottom_row + 1, dtype=np.float64)
     left_x, right_x = left.x(rows), right.x(rows)
     half_head = 0.5 * HEAD_TO_CENTRES * (right_x - left_x)
     cols = np.arange(width, dtype=np.float64)[None, :]
     mask = np.zeros((height, width), dtype=bool)
-    mask[top_row:] = (cols >= (left_x - half_head)[:, None]) & (cols <= (right_x + half_head)[:, None])
+    mask[top_row:bottom_row + 1] = (cols >= (left_x - half_head)[:, None]) & (cols <= (right_x + half_head)[:, None])
     return mask

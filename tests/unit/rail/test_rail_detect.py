@@ -125,12 +125,94 @@ def test_a_scene_with_its_track_painted_over_gives_no_detection() -> None:
     assert result.detection is None and result.reason in REASONS
 
 
-def test_rails_hidden_at_the_bottom_are_refused() -> None:
-    spec, image = scene(0, "ballasted", 0.0)
+HOOD_ROW = int(0.8 * HEIGHT)
+
+
+def with_hood(image: np.ndarray) -> np.ndarray:
     hood = image.copy()
-    hood[int(0.8 * HEIGHT):] = (30, 30, 35)  # a cab's hood across the bottom of the frame
-    result = detect_track(hood, hfov_deg=hfov_of(spec))
+    hood[HOOD_ROW:] = (30, 30, 35)  # a cab's hood across the bottom of the frame
+    return hood
+
+
+def assert_covers_truth(spec: BackgroundSpec, detection: TrackDetection, last_row: int = HEIGHT - 1,
+                        min_reach_m: float = 30.0) -> None:
+    """The detection's mask matches the true track area on the rows it covers, far enough."""
+    truth = spec.geometry.track_mask()
+    covered = np.zeros_like(truth)
+    covered[detection.top_row:last_row + 1] = True
+    assert iou(detection.mask, truth & covered) > 0.9
+    _, z_top = spec.geometry.ground_point(np.array([spec.geometry.cx]), np.array([float(detection.top_row)]))
+    assert z_top[0] > min_reach_m
+
+
+def test_rails_ending_above_a_hood_are_found_down_to_its_edge() -> None:
+    spec, image = scene(0, "ballasted", 0.0)
+    result = detect_track(with_hood(image), hfov_deg=hfov_of(spec))
+    assert result.detection is not None, result.reason
+    assert HOOD_ROW - 6 <= result.detection.bottom_row < HOOD_ROW
+    assert not result.detection.mask[HOOD_ROW:].any()
+    assert_covers_truth(spec, result.detection, result.detection.bottom_row)
+
+
+@pytest.mark.parametrize("how", ["bottom_ignore", "ignore_mask"])
+def test_a_declared_hood_region_is_left_out(how: str) -> None:
+    spec, image = scene(1, "ballastless", 0.0025)
+    ignored = np.zeros((HEIGHT, WIDTH), bool)
+    ignored[HOOD_ROW:] = True
+    options = {"bottom_ignore": 0.2} if how == "bottom_ignore" else {"ignore_mask": ignored}
+    result = detect_track(with_hood(image), **options)
+    assert result.detection is not None, result.reason
+    assert result.detection.bottom_row == HOOD_ROW - 1
+    assert_covers_truth(spec, result.detection, HOOD_ROW - 1)
+
+
+def test_rails_fading_out_above_the_bottom_are_refused() -> None:
+    """Rails that end in the open, with no occluder edge, are not a track."""
+    spec, image = scene(0, "ballasted", 0.0)
+    ramp = np.clip((np.arange(HEIGHT) - 0.7 * HEIGHT) / (0.15 * HEIGHT), 0, 1)[:, None, None]
+    faded = (image * (1 - ramp) + grass(4) * ramp).astype(np.uint8)
+    result = detect_track(faded, hfov_deg=hfov_of(spec))
     assert result.detection is None and result.reason == detect.RAILS_NOT_AT_BOTTOM
+
+
+def night_infrared(image: np.ndarray, seed: int) -> np.ndarray:
+    """Grey, inverted (rail heads become dark bands on a light bed, as under IR lighting),
+    low contrast and grainy."""
+    grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY).astype(np.float32)
+    ir = 150 - 0.35 * (grey - grey.mean()) + np.random.default_rng(seed).normal(0, 3, grey.shape)
+    return cv2.cvtColor(np.clip(ir, 0, 255).astype(np.uint8), cv2.COLOR_GRAY2BGR)
+
+
+@pytest.mark.parametrize("case", SCENES[:4], ids=lambda c: f"seed{c[0]}-{c[1]}-k{c[2]}")
+def test_dark_low_contrast_rails_are_found(case: tuple[int, str, float]) -> None:
+    spec, image = scene(*case)
+    result = detect_track(night_infrared(image, case[0]))
+    assert result.detection is not None, result.reason
+    assert_covers_truth(spec, result.detection, min_reach_m=20.0)  # grain hides the farthest rails
+
+
+def test_a_grey_frame_with_burnt_in_text_is_found() -> None:
+    spec, image = scene(2, "ballasted", 0.0025)
+    grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
+    for row, text in ((HEIGHT - 30, "2023-07-15 01:02:28"), (HEIGHT - 8, "CAM7:TRACK 2"), (20, "LOCO 1874")):
+        cv2.putText(grey, text, (8, row), cv2.FONT_HERSHEY_SIMPLEX, 0.8, 255, 2, cv2.LINE_AA)
+    result = detect_track(grey)
+    assert result.detection is not None, result.reason
+    assert_covers_truth(spec, result.detection)
+
+
+def test_a_wide_lens_looking_down_is_found_without_its_field_of_view() -> None:
+    spec = sample_background_spec(
+        np.random.default_rng(5), width=WIDTH, height=HEIGHT, track_types=["ballasted"],
+        conditions={"normal": 1.0}, camera_height_m=(2.4, 2.6), pitch_deg=(29.0, 30.0), hfov_deg=(95.0, 100.0),
+        max_curvature=0.0, max_offset_m=0.1)
+    # Above the highest horizon a 60 degree lens pitched down 15 degrees (the former limit) has.
+    former_limit = (HEIGHT - 1) / 2 - (WIDTH / 2) / math.tan(math.radians(30)) * math.tan(math.radians(15))
+    assert spec.geometry.horizon_v() < former_limit
+    result = detect_track(render_background(spec))
+    assert result.detection is not None, result.reason
+    assert abs(result.detection.horizon_v - spec.geometry.horizon_v()) < 0.03 * HEIGHT
+    assert_covers_truth(spec, result.detection)
 
 
 # -- refinement with a promptable segmenter ------------------------------------------------------
