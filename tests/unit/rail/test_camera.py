@@ -43,6 +43,10 @@ def scene(seed: int, hfov: float, spacing: float = 0.6, frame: int = 0, gauge_m:
     return spec, render_background(spec)
 
 
+def iou(a: np.ndarray, b: np.ndarray) -> float:
+    return float((a & b).sum() / max(1, (a | b).sum()))
+
+
 # -- lens ---------------------------------------------------------------------------------------------
 def test_undistortion_inverts_the_lens() -> None:
     _, image = scene(0, 60.0)
@@ -77,13 +81,12 @@ def test_a_distorted_scene_is_found_after_undistortion_and_not_before() -> None:
     after = detect_track(prepared.detect_image, hfov_deg=75.0)
     assert after.detection is not None, after.reason
     truth = spec.geometry.track_mask()
-    rows = slice(after.detection.top_row, HEIGHT)
-    overlap = (after.detection.mask[rows] & truth[rows]).sum() / max(1, (after.detection.mask[rows] | truth[rows]).sum())
+    overlap = iou(after.detection.mask[after.detection.top_row:], truth[after.detection.top_row:])
     assert overlap > 0.7
     if before.detection is not None:  # a straight-rail model cannot follow bent rails over their length
         assert before.detection.confidence < after.detection.confidence
         top = max(before.detection.top_row, after.detection.top_row)
-        bent = (before.detection.mask[top:] & truth[top:]).sum() / max(1, (before.detection.mask[top:] | truth[top:]).sum())
+        bent = iou(before.detection.mask[top:], truth[top:])
         assert bent < overlap - 0.1
 
 
