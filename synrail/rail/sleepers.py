@@ -35,12 +35,15 @@ MIN_GAP_PX = 10.0                 # rows where the rails are closer carry too fe
 MIN_ROWS = 40
 STRIP_SHARE = 0.6                 # of the rail gap, centred between the rails (clear of the rails)
 MIN_PROMINENCE = 6.0              # averaged peak power / median power of the band
+FRAME_PROMINENCE = 15.0           # one frame's own peak: noise alone reaches ~10 among 1500 frequencies
 MAX_RELATIVE_SIGMA = 0.1
+MIN_AGREEING_SHARE = 0.25         # of the frames with a profile, whose own peak must match the sequence's
 _FREQUENCIES = 1500
 
 NOT_ENOUGH_TRACK = "too little track seen to count sleepers"
 NO_SLEEPER_PERIOD = "no regular sleeper pattern along the track"
 FRAMES_DISAGREE = "the frames' sleeper periods disagree"
+IMPLAUSIBLE_FOCAL = "the sleeper period implies a field of view out of range"
 
 
 @dataclass(frozen=True)
@@ -141,8 +144,10 @@ def focal_from_profiles(profiles: Sequence[SleeperProfile | None], *, width: int
         sigma = max(spread, resolution) / math.sqrt(len(own))
     else:
         sigma = resolution
-    if sigma > MAX_RELATIVE_SIGMA * focal:
+    if len(own) < MIN_AGREEING_SHARE * len(profiles) or sigma > MAX_RELATIVE_SIGMA * focal:
         return FocalEstimate(None, sigma, len(own), prominence, FRAMES_DISAGREE)
+    if not f_low <= focal <= f_high:  # a steep pitch from a wrong horizon can take it out of range
+        return FocalEstimate(None, sigma, len(own), prominence, IMPLAUSIBLE_FOCAL)
     return FocalEstimate(focal, sigma, len(own), prominence)
 
 
@@ -175,7 +180,7 @@ def _own_peaks(spectra: np.ndarray, frequencies: np.ndarray, peak: int) -> list[
     for spectrum in spectra:
         local = np.where(near, spectrum, -1.0)
         best = int(np.argmax(local))
-        if spectrum[best] >= MIN_PROMINENCE * np.median(spectrum) and 0 < best < len(spectrum) - 1 \
+        if spectrum[best] >= FRAME_PROMINENCE * np.median(spectrum) and 0 < best < len(spectrum) - 1 \
                 and local[best] >= local[best - 1] and local[best] >= local[best + 1]:
             own.append(_refined_peak(spectrum, frequencies, best))
     return own

@@ -203,3 +203,15 @@ def test_a_wrong_given_hfov_is_warned_about_and_slab_track_falls_back() -> None:
     fallback = solve_sequence_camera(flat, settings, source_width=WIDTH, frame_width=WIDTH, frame_height=HEIGHT)
     assert fallback.hfov_source == HFOV_FALLBACK and fallback.hfov_deg == pytest.approx(60.0)
     assert any("not estimated" in note for note in fallback.notes)
+
+
+def test_a_period_that_no_frame_shows_on_its_own_is_not_an_estimate() -> None:
+    spec, image = scene(2, 70.0)
+    detection = detect_track(image, hfov_deg=60.0).detection
+    assert detection is not None
+    grey = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
+    # The same frame with its rows shuffled: no sleeper period is left.
+    shuffled = grey[np.random.default_rng(0).permutation(HEIGHT)]
+    estimate = estimate_focal_from_sleepers([(shuffled, detection)], width=WIDTH, cy=(HEIGHT - 1) / 2,
+                                            gauge_m=1.435, spacing_m=0.6)
+    assert estimate.focal_px is None and estimate.reason is not None
