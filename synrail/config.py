@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from synrail.compose.quality import QualityConfig
 from synrail.compose.shadows import ShadowConfig
 from synrail.compose.weather_config import WeatherConfig
+from synrail.rail.camera import CameraSettings
 from synrail.sources.diffusion import DiffusionConfig, DiffusionPromptConfig
 from synrail.sources.image_safety import DEFAULT_MAX_IMAGE_PIXELS
 from synrail.sources.procedural_obstacles import OBSTACLE_KINDS
@@ -73,14 +74,15 @@ class CameraConfig(Section):
         return _ordered(value, info.field_name)
 
 
-class VideoBackgroundConfig(Section):
+class VideoBackgroundConfig(Section, CameraSettings):
     """Backgrounds from cab footage: a folder or an s3:// prefix of mp4/avi/mkv/mov files
     (``backgrounds.video``), or of jpg/png frames, one camera sequence per subfolder
-    (``backgrounds.frames``; sampled by ``sampling.stride``, every frame by default)."""
+    (``backgrounds.frames``; sampled by ``sampling.stride``, every frame by default). The camera
+    fields (``CameraSettings``: hfov_deg, gauge_mm, distortion, ...) are every video's or sequence's
+    defaults, which sidecar columns of the same names override."""
 
     url: str
     sampling: VideoSourceConfig = VideoSourceConfig()  # frame rate or stride, filters, sidecar metadata
-    hfov_deg: float = Field(default=60.0, gt=10, lt=170, description="the cab camera's horizontal field of view")
     track_model: str | None = Field(default=None, description="TorchScript coarse track-area model (optional)")
     refine_with_segmenter: bool = Field(default=False, description="refine the track area with SAM prompts")
 

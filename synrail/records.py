@@ -17,8 +17,8 @@ from synrail.sources.video_backgrounds import QuarantineRecord
 SPLITS = ("train", "val", "test")
 
 __all__ = ["SPLITS", "AnnotationRow", "BackgroundRecord", "ChunkRecord", "GalleryRecord", "GallerySourceResult",
-           "ImageRow", "InputReport", "ManifestAnnotationRow", "QuarantineRecord", "Record", "SkipRow",
-           "UnusedFrame", "VideoBackgrounds"]
+           "ImageRow", "InputReport", "ManifestAnnotationRow", "QuarantineRecord", "Record", "SequenceCamera",
+           "SkipRow", "UnusedFrame", "VideoBackgrounds"]
 
 
 class Record(BaseModel):
@@ -62,6 +62,22 @@ class UnusedFrame(Record):
     source_url: str = ""  # the video or image file
 
 
+class SequenceCamera(Record):
+    """The camera of one video or frame sequence, as solved from its frames (the card's table)."""
+
+    sequence: str
+    hfov_deg: float
+    hfov_source: str  # "given", "sleepers" (estimated), "fallback" (configured, not estimable)
+    hfov_sigma_deg: float | None = None  # uncertainty of a sleeper estimate
+    height_m: float | None = None  # shared camera height (None: too few confident frames)
+    height_given: bool = False
+    pitch_deg: float | None = None
+    offset_m: float | None = None
+    gauge_mm: float = 1435.0
+    frames_calibrated: int = 0  # confident frames that agreed on the shared camera
+    notes: list[str] = []
+
+
 class VideoBackgrounds(Record):
     """What the video stage made of one video: backgrounds, frames left out, or a quarantine row."""
 
@@ -70,6 +86,7 @@ class VideoBackgrounds(Record):
     unused: list[UnusedFrame]
     quarantine: QuarantineRecord | None
     notes: list[str]
+    camera: SequenceCamera | None = None
 
 
 # -- gallery ----------------------------------------------------------------------------------------
@@ -112,6 +129,7 @@ class InputReport(Record):
     unused_frames: list[UnusedFrame] = []
     skipped_obstacles: list[SkipRow] = []
     notes: list[str] = []
+    cameras: list[SequenceCamera] = []  # one per video or frame sequence
 
 
 # -- composition ------------------------------------------------------------------------------------

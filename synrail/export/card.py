@@ -105,7 +105,26 @@ def _inputs_section(backgrounds: Sequence[dict[str, Any]], report: Any) -> str:
         if rows:
             lines += ["", _table(["left out", "reason", "count", "example"], rows)]
         lines += [""] + [f"- note: {note}" for note in report.notes] if report.notes else []
+        if getattr(report, "cameras", None):
+            lines += ["", _cameras_table(backgrounds, report)]
     return "\n".join(lines)
+
+
+def _cameras_table(backgrounds: Sequence[dict[str, Any]], report: Any) -> str:
+    """One row per video or frame sequence: its camera, and its frames used and left out by reason."""
+    used = Counter(b["source"].split(":", 1)[1] for b in backgrounds if ":" in b["source"])
+    rows = []
+    for camera in report.cameras:
+        left_out = Counter(f.reason.split(":")[0] for f in report.unused_frames if f.video == camera.sequence)
+        sigma = f" ± {camera.hfov_sigma_deg:.1f}" if camera.hfov_sigma_deg is not None else ""
+        given = " (given)" if camera.height_given else ""
+        height = "-" if camera.height_m is None else f"{camera.height_m:.2f}{given}"
+        rows.append([camera.sequence, f"{camera.hfov_deg:.1f}{sigma} ({camera.hfov_source})", height,
+                     "-" if camera.pitch_deg is None else f"{camera.pitch_deg:.1f}", f"{camera.gauge_mm:g}",
+                     used[camera.sequence], "; ".join(f"{k} {v}" for k, v in sorted(left_out.items())) or "none"])
+    return ("Camera per sequence (hfov given, estimated from the sleepers, or the fallback; height and pitch "
+            "shared by the frames):\n\n" + _table(["sequence", "hfov (deg)", "height (m)", "pitch (deg)",
+                                                  "gauge (mm)", "frames used", "frames left out"], rows))
 
 
 def dataset_card(config: dict[str, Any], images: Sequence[ImageRow], annotations: Sequence[ManifestAnnotationRow],

@@ -24,18 +24,37 @@ MIN_REFINED_IOU = 0.3  # a refined mask this far from the coarse one is a segmen
 
 def estimate_geometry(detection: TrackDetection, width: int, height: int, *, hfov_deg: float = 60.0,
                       gauge_m: float = STANDARD_GAUGE_M, rail_head_m: float = RAIL_HEAD_WIDTH_M,
-                      track_max_z_m: float | None = None) -> CameraGeometry:
+                      track_max_z_m: float | None = None, focal_px: float | None = None,
+                      principal: tuple[float, float] | None = None, horizon_v: float | None = None,
+                      camera_height_m: float | None = None) -> CameraGeometry:
     """The camera and ego track that explain the detected rails.
 
-    ``track_max_z_m`` defaults to the ground distance of the detection's farthest row, so the
-    geometry's track area claims no more than was seen.
+    Args:
+        detection: the rails found on the frame.
+        width, height: the frame's size.
+        hfov_deg: the field of view, when ``focal_px`` is not given.
+        gauge_m: the sequence's track gauge: the ruler of the camera height and every distance.
+        rail_head_m: rail-head width (the fits follow head centres, so the ruler is gauge + head).
+        track_max_z_m: how far the track area runs; defaults to the ground distance of the
+            detection's farthest row, so the geometry claims no more than was seen.
+        focal_px: the focal length in pixels (overrides ``hfov_deg``).
+        principal: the principal point (cx, cy); the frame's centre by default (a frame whose
+            bottom was cut off has it above its centre).
+        horizon_v: the horizon row to use instead of the detection's own (a sequence prior).
+        camera_height_m: the camera height to use instead of the one the gauge gives (a prior).
+
+    Returns:
+        The camera over the rail-top plane with the ego track's offset and curvature.
     """
-    focal = (width / 2) / math.tan(math.radians(hfov_deg) / 2)
+    focal = focal_px if focal_px is not None else (width / 2) / math.tan(math.radians(hfov_deg) / 2)
+    cx, cy = principal if principal is not None else ((width - 1) / 2, (height - 1) / 2)
+    horizon = detection.horizon_v if horizon_v is None else horizon_v
     # CameraGeometry has no upward pitch; a camera looking slightly up is taken as level.
-    pitch = max(0.0, math.atan2((height - 1) / 2 - detection.horizon_v, focal))
-    camera = CameraGeometry.from_fov(width, height, hfov_deg, pitch_deg=math.degrees(pitch),
-                                     height_m=_camera_height(detection, height, pitch, gauge_m + rail_head_m),
-                                     gauge_m=gauge_m, rail_head_m=rail_head_m)
+    pitch = max(0.0, math.atan2(cy - horizon, focal))
+    camera_height = (camera_height_m if camera_height_m is not None
+                     else _camera_height(detection, height, pitch, gauge_m + rail_head_m, horizon))
+    camera = CameraGeometry(width=width, height=height, focal_px=focal, cx=cx, cy=cy, height_m=camera_height,
+                            pitch_rad=pitch, gauge_m=gauge_m, rail_head_m=rail_head_m)
     rows = np.arange(detection.top_row, height, dtype=np.float64)
     x, z = camera.ground_point(detection.centre_x(rows), rows)
     offset, curvature = _fit_track_on_ground(x, z)
@@ -44,13 +63,14 @@ def estimate_geometry(detection: TrackDetection, width: int, height: int, *, hfo
                                      "track_max_z_m": reach})
 
 
-def _camera_height(detection: TrackDetection, height: int, pitch: float, rail_centres_m: float) -> float:
+def _camera_height(detection: TrackDetection, height: int, pitch: float, rail_centres_m: float,
+                   horizon_v: float) -> float:
     """Least squares of ``gap(v) = rail_centres_m * cos(pitch) * (v - v_horizon) / h`` over the rows.
 
     The fits follow the rail-head centres, so the ruler is gauge + one head width.
     """
     rows = np.arange(detection.top_row, height, dtype=np.float64)
-    t = rows - detection.horizon_v
+    t = rows - horizon_v
     gap = detection.gap_px(rows)
     return float(rail_centres_m * math.cos(pitch) * np.dot(t, t) / np.dot(t, gap))
 

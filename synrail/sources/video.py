@@ -30,12 +30,13 @@ import fsspec
 import numpy as np
 import pyarrow.parquet as pq
 
+from synrail.rail.camera import CAMERA_COLUMNS, check_camera_cells
 from synrail.sources.image_safety import DEFAULT_MAX_IMAGE_PIXELS, decode_or_reason, frame_size_problem
 from synrail.storage.store import LOCAL_PROTOCOLS
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
-SIDECAR_COLUMNS = ("country", "weather", "track_type", "time_of_day")
+SIDECAR_COLUMNS = ("country", "weather", "track_type", "time_of_day", *CAMERA_COLUMNS)
 TRACK_TYPES = ("ballasted", "ballastless")
 
 
@@ -180,12 +181,18 @@ def _sidecar_entry(url: str, row_number: int, row: dict[str, Any]) -> tuple[str,
     if track_type is not None and track_type not in TRACK_TYPES:
         raise ValueError(f"video sidecar {url}, row {row_number} ({video}): track_type {track_type!r} "
                          f"is not one of {list(TRACK_TYPES)}")
+    try:
+        check_camera_cells(entry)
+    except ValueError as exc:
+        raise ValueError(f"video sidecar {url}, row {row_number} ({video}): {exc}") from None
     return video, entry
 
 
 def read_sidecar(url: str, storage_options: dict | None = None) -> dict[str, dict]:
     """Per-video metadata (CSV or Parquet): column ``video`` (file name, or path below the video root)
-    and any of ``country, weather, track_type, time_of_day``; empty cells are left out."""
+    and any of ``country, weather, track_type, time_of_day`` and the camera columns
+    (``rail.camera.CAMERA_COLUMNS``); empty cells are left out. Row numbers in errors count data
+    rows from 1."""
     fs, path = fsspec.core.url_to_fs(_as_url(url), **(storage_options or {}))
     try:
         columns, rows = _sidecar_table(url, fs, path)

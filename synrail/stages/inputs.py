@@ -39,7 +39,8 @@ def input_report(videos: Sequence[VideoBackgrounds], sources: Sequence[GallerySo
                     *(q for r in sources for q in r.quarantine), *textures],
         unused_frames=[f for v in videos for f in v.unused],
         skipped_obstacles=[s for r in sources for s in r.skipped],
-        notes=sorted({note for v in videos for note in v.notes}))
+        notes=sorted({note for v in videos for note in v.notes}),
+        cameras=[v.camera for v in videos if v.camera is not None])
 
 
 def check_inputs(cfg: BuildConfig, backgrounds: Sequence[BackgroundRecord], gallery: Sequence[GalleryRecord],

@@ -1,12 +1,15 @@
 """The background stage for cab footage (videos, or folders of frames): sampled, filtered frames
-whose track is found, each with the camera geometry estimated from its rails (the gauge as the ruler).
+whose track is found, each with the camera geometry estimated from its rails under the video's or
+sequence's one camera (``synrail.rail.sequence``: focal length given or from the sleepers, the gauge
+as the ruler, horizon and height shared).
 
-Every frame that is not used says why (filter reason, or "no track: ..."); a video that cannot be
-read becomes a quarantine row. Neither stops the build.
+Every frame that is not used says why (filter reason, "no track: ...", or rails that contradict the
+video's camera); a video that cannot be read becomes a quarantine row. Neither stops the build.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import cv2
@@ -15,13 +18,29 @@ import numpy as np
 from synrail.config import BuildConfig
 from synrail.errors import InputError
 from synrail.export.coco import encode_rle
-from synrail.rail.detect import detect_track
-from synrail.rail.estimate import SegmentationModelTrack, estimate_geometry, refine_with_segmenter
+from synrail.rail.camera import (
+    CameraSettings,
+    PreparedFrame,
+    fit_box,
+    focal_from_hfov,
+    hfov_from_focal,
+    prepare_frame,
+    settings_for,
+)
+from synrail.rail.detect import TrackDetection, detect_track
+from synrail.rail.estimate import SegmentationModelTrack, refine_with_segmenter
+from synrail.rail.sequence import (
+    FrameEvidence,
+    SequenceCameraSolution,
+    frame_evidence,
+    frame_geometry,
+    solve_sequence_camera,
+)
 from synrail.randomness import Stream, rng_for
-from synrail.records import BackgroundRecord, UnusedFrame, VideoBackgrounds
+from synrail.records import BackgroundRecord, SequenceCamera, UnusedFrame, VideoBackgrounds
 from synrail.segment.loader import load_segmenter
 from synrail.sources.video import VideoRef, list_sequences, list_videos
-from synrail.sources.video_backgrounds import extract_video_backgrounds
+from synrail.sources.video_backgrounds import FrameRecord, extract_video_backgrounds
 from synrail.stages.splits import time_block_split
 from synrail.storage.codecs import decode_image, encode_image
 from synrail.storage.store import Store, sha256_bytes
@@ -45,13 +64,8 @@ def condition_from_metadata(metadata: dict[str, str]) -> str:
 
 def fit_frame(image: np.ndarray, width: int, height: int) -> np.ndarray:
     """Centre-crop to the target aspect ratio, then resize: the dataset has one resolution."""
-    h, w = image.shape[:2]
-    if w * height > h * width:  # too wide
-        new_w = round(h * width / height)
-        image = image[:, (w - new_w) // 2:(w - new_w) // 2 + new_w]
-    elif w * height < h * width:  # too tall
-        new_h = round(w * height / width)
-        image = image[(h - new_h) // 2:(h - new_h) // 2 + new_h]
+    x0, y0, w, h = fit_box(image.shape[1], image.shape[0], width, height)
+    image = image[y0:y0 + h, x0:x0 + w]
     interpolation = cv2.INTER_AREA if image.shape[1] > width else cv2.INTER_LINEAR
     return cv2.resize(image, (width, height), interpolation=interpolation)
 
@@ -99,8 +113,11 @@ def prepare_video_backgrounds(cfg: BuildConfig, video: VideoRef, split: str | No
         cache: the build's cache store (frames and background PNGs).
 
     Returns:
-        The video's background records, every sampled frame left out with its reason, and a
-        quarantine row when the video cannot be read.
+        The video's background records, every sampled frame left out with its reason, the video's
+        camera, and a quarantine row when the video cannot be read.
+
+    Raises:
+        ValueError: the video's camera settings (config + sidecar row) are invalid.
     """
     video_cfg = cfg.backgrounds.footage
     kind = "frames" if video.is_sequence else "video"
@@ -108,18 +125,24 @@ def prepare_video_backgrounds(cfg: BuildConfig, video: VideoRef, split: str | No
                                           max_pixels=cfg.inputs.max_image_pixels)
     unused = [UnusedFrame(video=video.name, frame_index=r.frame_index, reason=r.reason,
                           source_url=video.frame_url(r.frame_index)) for r in extraction.rejected]
+    settings = video_camera_settings(video_cfg, video.name, extraction.metadata)
+    found, no_track = find_tracks(cfg, extraction.frames, settings, cache)
+    unused += [UnusedFrame(video=video.name, frame_index=i, reason=reason, source_url=video.frame_url(i))
+               for i, reason in no_track]
+    camera = solve_sequence_camera([evidence for _, _, evidence, _ in found], settings,
+                                   source_width=extraction.frames[0].width if extraction.frames else cfg.image.width,
+                                   frame_width=cfg.image.width, frame_height=cfg.image.height)
     records = []
-    for k, frame in enumerate(extraction.frames):
-        image = fit_frame(decode_image(cache.read_bytes(frame.path), cv2.IMREAD_COLOR, cache.url(frame.path)),
-                          cfg.image.width, cfg.image.height)
-        found = detect_track(image, hfov_deg=video_cfg.hfov_deg)
-        if found.detection is None:
-            unused.append(UnusedFrame(video=video.name, frame_index=frame.frame_index,
-                                      reason=f"no track: {found.reason}",
+    for k, frame, evidence, packed_mask in found:
+        geometry, reason = frame_geometry(evidence, camera, frame_width=cfg.image.width,
+                                          frame_height=cfg.image.height)
+        if geometry is None:
+            unused.append(UnusedFrame(video=video.name, frame_index=frame.frame_index, reason=reason,
                                       source_url=video.frame_url(frame.frame_index)))
             continue
-        mask = _track_mask(image, cfg, found.detection.mask, frame.frame_index)
-        geometry = estimate_geometry(found.detection, cfg.image.width, cfg.image.height, hfov_deg=video_cfg.hfov_deg)
+        image = _prepared(cache, frame, settings, cfg).image
+        detection_mask = np.unpackbits(packed_mask, count=image.shape[0] * image.shape[1]).reshape(image.shape[:2])
+        mask = _track_mask(image, cfg, detection_mask.astype(bool), frame.frame_index)
         png = encode_image(image, ".png")
         sha = sha256_bytes(png)
         path = f"backgrounds/{sha[:24]}.png"
@@ -134,4 +157,61 @@ def prepare_video_backgrounds(cfg: BuildConfig, video: VideoRef, split: str | No
             airlight_bgr=(0.0, 0.0, 0.0), illumination_bgr=(1.0, 1.0, 1.0), sensor_noise=0.0,
             rail_area=encode_rle(mask), rail_area_px=int(mask.sum())))
     return VideoBackgrounds(video=video.name, records=records, unused=unused, quarantine=extraction.quarantine,
-                            notes=extraction.notes)
+                            notes=extraction.notes + [f"camera of {video.name}: {note}" for note in camera.notes],
+                            camera=sequence_camera_record(video.name, camera, settings))
+
+
+# -- the video's camera (synrail.rail.camera / sequence) -------------------------------------------------
+def video_camera_settings(video_cfg: CameraSettings, video_name: str, metadata: dict[str, str]) -> CameraSettings:
+    """The config's camera defaults with the video's sidecar row laid over them.
+
+    Raises:
+        ValueError: naming the video and the column at fault.
+    """
+    defaults = CameraSettings(**{name: getattr(video_cfg, name) for name in CameraSettings.model_fields})
+    try:
+        return settings_for(defaults, metadata)
+    except ValueError as exc:
+        raise ValueError(f"camera of video {video_name} (config backgrounds.video + sidecar row): {exc}") from None
+
+
+def _prepared(cache: Store, frame: FrameRecord, settings: CameraSettings, cfg: BuildConfig) -> PreparedFrame:
+    image = decode_image(cache.read_bytes(frame.path), cv2.IMREAD_COLOR, cache.url(frame.path))
+    return prepare_frame(image, settings, cfg.image.width, cfg.image.height)
+
+
+def find_tracks(cfg: BuildConfig, frames: list[FrameRecord], settings: CameraSettings, cache: Store
+                ) -> tuple[list[tuple[int, FrameRecord, FrameEvidence, np.ndarray]], list[tuple[int, str]]]:
+    """Each frame prepared (undistorted, hood cut, regions masked) and searched for the ego track.
+
+    Returns:
+        (position, frame, evidence, packed track mask) of the frames with a track (masks packed to
+        bits: a video's worth of full masks would not fit a worker), and (frame index, reason) of
+        the others.
+    """
+    found, missing = [], []
+    for k, frame in enumerate(frames):
+        prepared = _prepared(cache, frame, settings, cfg)
+        lens_focal = focal_from_hfov(frame.width, settings.hfov_for_lens) * prepared.scale
+        result = detect_track(prepared.detect_image, hfov_deg=hfov_from_focal(cfg.image.width, lens_focal))
+        if result.detection is None:
+            missing.append((frame.frame_index, f"no track: {result.reason}"))
+            continue
+        packed = np.packbits(result.detection.mask)
+        detection: TrackDetection = dataclasses.replace(result.detection, mask=np.zeros((0, 0), dtype=bool))
+        found.append((k, frame, frame_evidence(prepared, detection, settings), packed))
+    return found, missing
+
+
+def sequence_camera_record(name: str, camera: SequenceCameraSolution, settings: CameraSettings) -> SequenceCamera:
+    """The card's row for one sequence's camera."""
+    calibration = camera.calibration
+    return SequenceCamera(
+        sequence=name, hfov_deg=round(camera.hfov_deg, 2), hfov_source=camera.hfov_source,
+        hfov_sigma_deg=None if camera.hfov_sigma_deg is None else round(camera.hfov_sigma_deg, 2),
+        height_m=None if calibration is None else round(calibration.height_m.value, 3),
+        height_given=settings.camera_height_m is not None,
+        pitch_deg=None if camera.pitch_deg is None else round(camera.pitch_deg, 2),
+        offset_m=None if calibration is None else round(calibration.offset_m.value, 3),
+        gauge_mm=settings.gauge_mm, frames_calibrated=0 if calibration is None else calibration.frames,
+        notes=list(camera.notes))

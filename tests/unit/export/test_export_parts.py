@@ -103,3 +103,26 @@ def test_card_figures_are_written_and_linked(tmp_path):
     grid = cv2.imread(str(out / "card" / "samples.png"))
     red = (grid[:, :, 2] > 200) & (grid[:, :, 1] < 60) & (grid[:, :, 0] < 60)
     assert red.sum() > 50  # boxes are drawn
+
+
+def test_card_has_a_camera_table_per_sequence():
+    from synrail.export.card import _inputs_section
+    from synrail.records import InputReport, SequenceCamera, UnusedFrame
+
+    report = InputReport(
+        videos=["cab.mp4", "cctv"],
+        unused_frames=[UnusedFrame(video="cab.mp4", frame_index=3, reason="no track: no rail edges"),
+                       UnusedFrame(video="cab.mp4", frame_index=5,
+                                   reason="rails contradict the sequence camera: lateral offset +4.4 m"),
+                       UnusedFrame(video="cctv", frame_index=1, reason="blur")],
+        cameras=[SequenceCamera(sequence="cab.mp4", hfov_deg=89.4, hfov_source="sleepers", hfov_sigma_deg=0.3,
+                                height_m=3.0, pitch_deg=2.3, gauge_mm=1435, frames_calibrated=2),
+                 SequenceCamera(sequence="cctv", hfov_deg=60.0, hfov_source="fallback", gauge_mm=1676)])
+    backgrounds = [{"source": "video:cab.mp4"}, {"source": "video:cab.mp4"}, {"source": "video:cctv"}]
+    section = _inputs_section(backgrounds, report)
+    assert ("| cab.mp4 | 89.4 ± 0.3 (sleepers) | 3.00 | 2.3 | 1435 | 2 | "
+            "no track 1; rails contradict the sequence camera 1 |") in section
+    assert "| cctv | 60.0 (fallback) | - | - | 1676 | 1 | blur 1 |" in section
+    # Reports written before cameras were recorded still read and render.
+    assert "Camera per sequence" not in _inputs_section(backgrounds, InputReport.model_validate(
+        {"videos": ["cab.mp4"], "notes": []}))

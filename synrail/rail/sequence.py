@@ -1,0 +1,146 @@
+"""The camera of one sequence (a video, or a folder of frames from one camera), solved from what its
+frames show, and each frame's geometry under it.
+
+Order: the focal length (given, from the sleepers, or the fallback), then the shared horizon,
+height and offset over the confident frames (``calibration``), then each frame's geometry with
+those priors, or the reason its rails contradict them. Stages call ``frame_evidence`` once per
+frame (no frame is kept in memory), then ``solve_sequence_camera``, then ``frame_geometry``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import cv2
+import numpy as np
+
+from synrail.rail.calibration import (
+    SequenceCalibration,
+    calibrate_sequence,
+    contradiction,
+    frame_camera,
+    geometry_with_priors,
+)
+from synrail.rail.camera import CameraSettings, PreparedFrame, hfov_from_focal
+from synrail.rail.detect import TrackDetection
+from synrail.rail.estimate import estimate_geometry
+from synrail.rail.geometry import CameraGeometry
+from synrail.rail.sleepers import FocalEstimate, SleeperProfile, focal_from_profiles, sleeper_profile
+
+HFOV_GIVEN, HFOV_SLEEPERS, HFOV_FALLBACK = "given", "sleepers", "fallback"
+_DISAGREEMENT = 0.15  # a given hfov this far (relative focal) from a sleeper estimate is warned about
+
+
+@dataclass(frozen=True)
+class FrameEvidence:
+    """What one frame contributes to its sequence's camera (small: no pixels)."""
+
+    detection: TrackDetection
+    profile: SleeperProfile | None
+    scale: float                 # prepared-frame pixels per source pixel
+    principal: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class SequenceCameraSolution:
+    """The sequence's camera: focal length and how it was found, and the shared pose."""
+
+    source_width: int
+    focal_source_px: float       # in the source frame's pixels (hfov is a property of the source)
+    hfov_source: str             # given | sleepers | fallback
+    hfov_sigma_deg: float | None
+    gauge_m: float
+    calibration: SequenceCalibration | None
+    focal_estimate: FocalEstimate | None
+    pitch_deg: float | None = None   # of the shared horizon (None without a sequence camera)
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def hfov_deg(self) -> float:
+        return hfov_from_focal(self.source_width, self.focal_source_px)
+
+
+def frame_evidence(prepared: PreparedFrame, detection: TrackDetection, settings: CameraSettings) -> FrameEvidence:
+    """The frame's sleeper profile and detection, kept for the sequence solve."""
+    grey = cv2.cvtColor(prepared.detect_image, cv2.COLOR_BGR2GRAY)
+    return FrameEvidence(detection=detection, profile=sleeper_profile(grey, detection, gauge_m=settings.gauge_m),
+                         scale=prepared.scale, principal=(prepared.cx, prepared.cy))
+
+
+def solve_sequence_camera(evidence: Sequence[FrameEvidence], settings: CameraSettings, *, source_width: int,
+                          frame_width: int, frame_height: int) -> SequenceCameraSolution:
+    """The sequence camera from its frames' evidence.
+
+    Args:
+        evidence: one entry per frame whose track was found.
+        settings: the sequence's camera settings (config defaults + sidecar row).
+        source_width: width of the source frames (the field of view refers to it).
+        frame_width, frame_height: size of the prepared frames.
+
+    Returns:
+        The focal length with its source and uncertainty, the shared pose (None with too few
+        confident frames) and notes: why the sleepers could not tell, or a given hfov they dispute.
+    """
+    scale = evidence[0].scale if evidence else frame_width / source_width
+    cy = evidence[0].principal[1] if evidence else (frame_height - 1) / 2
+    horizon = float(np.median([e.detection.horizon_v for e in evidence])) if evidence else cy
+    estimate = focal_from_profiles([e.profile for e in evidence], width=frame_width, cy=cy, horizon_v=horizon,
+                                   spacing_m=settings.sleeper_spacing_m) if evidence else None
+    focal, source, sigma_deg, notes = _choose_focal(estimate, settings, source_width, scale)
+    calibration = None
+    if evidence:
+        cameras = [frame_camera(e.detection, frame_width, frame_height, focal_px=focal * scale,
+                                principal=e.principal, gauge_m=settings.gauge_m) for e in evidence]
+        calibration = calibrate_sequence(cameras, frame_height, known_height_m=settings.camera_height_m)
+    pitch = None
+    if calibration is None:
+        notes.append("too few confident frames for a sequence camera: each frame keeps its own")
+    else:
+        pitch = math.degrees(math.atan2(cy - calibration.horizon_v.value, focal * scale))
+    return SequenceCameraSolution(source_width=source_width, focal_source_px=focal, hfov_source=source,
+                                  hfov_sigma_deg=sigma_deg, gauge_m=settings.gauge_m, calibration=calibration,
+                                  focal_estimate=estimate, pitch_deg=pitch, notes=tuple(notes))
+
+
+def _choose_focal(estimate: FocalEstimate | None, settings: CameraSettings, source_width: int, scale: float
+                  ) -> tuple[float, str, float | None, list[str]]:
+    """(source focal px, its source, sigma of the hfov in degrees, notes)."""
+    found = estimate is not None and estimate.focal_px is not None
+    estimated_focal = estimate.focal_px / scale if found else None
+    sigma_deg = _hfov_sigma(source_width, estimated_focal, estimate.sigma_px / scale) if found else None
+    if settings.hfov_deg is not None:
+        given = (source_width / 2) / math.tan(math.radians(settings.hfov_deg) / 2)
+        notes = []
+        if estimated_focal is not None and abs(estimated_focal - given) > _DISAGREEMENT * given:
+            notes.append(f"hfov_deg {settings.hfov_deg:g} given, but the sleepers say "
+                         f"{hfov_from_focal(source_width, estimated_focal):.1f} ± {sigma_deg:.1f} deg")
+        return given, HFOV_GIVEN, None, notes
+    if estimated_focal is not None:
+        return estimated_focal, HFOV_SLEEPERS, sigma_deg, []
+    reason = estimate.reason if estimate is not None else "no frame with a track"
+    fallback = (source_width / 2) / math.tan(math.radians(settings.fallback_hfov_deg) / 2)
+    return fallback, HFOV_FALLBACK, None, [
+        f"focal length not estimated ({reason}): hfov_deg {settings.fallback_hfov_deg:g} assumed"]
+
+
+def _hfov_sigma(width: int, focal: float, sigma_focal: float) -> float:
+    """Standard deviation of the field of view for a focal length's standard deviation."""
+    return abs(hfov_from_focal(width, focal - sigma_focal) - hfov_from_focal(width, focal + sigma_focal)) / 2
+
+
+def frame_geometry(evidence: FrameEvidence, camera: SequenceCameraSolution, *, frame_width: int,
+                   frame_height: int) -> tuple[CameraGeometry | None, str | None]:
+    """The frame's geometry under the sequence camera, or (None, why its rails contradict it)."""
+    focal = camera.focal_source_px * evidence.scale
+    if camera.calibration is None:
+        return estimate_geometry(evidence.detection, frame_width, frame_height, focal_px=focal,
+                                 principal=evidence.principal, gauge_m=camera.gauge_m), None
+    own = frame_camera(evidence.detection, frame_width, frame_height, focal_px=focal, principal=evidence.principal,
+                       gauge_m=camera.gauge_m)
+    reason = contradiction(own, camera.calibration)
+    if reason is not None:
+        return None, reason
+    return geometry_with_priors(evidence.detection, frame_width, frame_height, camera.calibration, focal_px=focal,
+                                principal=evidence.principal, gauge_m=camera.gauge_m), None
