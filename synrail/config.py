@@ -31,6 +31,8 @@ class ConfigError(ValueError):
 
 
 class Section(BaseModel):
+    """A config section: unknown keys are errors and values are frozen once loaded."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -42,12 +44,16 @@ def _ordered(value: Range, name: str) -> Range:
 
 
 class ImageConfig(Section):
+    """Size (pixels) and JPEG quality of every composed image."""
+
     width: int = Field(default=1280, ge=64, le=8192)
     height: int = Field(default=720, ge=64, le=8192)
     jpeg_quality: int = Field(default=92, ge=50, le=100)
 
 
 class SplitConfig(Section):
+    """Shares of the images in the train, val and test splits (they sum to 1)."""
+
     train: float = Field(default=0.8, ge=0, le=1)
     val: float = Field(default=0.1, ge=0, le=1)
     test: float = Field(default=0.1, ge=0, le=1)
@@ -60,10 +66,13 @@ class SplitConfig(Section):
         return self
 
     def fractions(self) -> dict[str, float]:
+        """The three shares keyed by split name."""
         return {"train": self.train, "val": self.val, "test": self.test}
 
 
 class CameraConfig(Section):
+    """Ranges that procedural backgrounds draw the cab camera from: height (m), pitch and horizontal FOV (degrees)."""
+
     height_m: Range = (2.2, 2.9)
     pitch_deg: Range = (1.5, 4.5)
     hfov_deg: Range = (50.0, 65.0)
@@ -88,6 +97,8 @@ class VideoBackgroundConfig(Section, CameraSettings):
 
 
 class BackgroundConfig(Section):
+    """Where backgrounds come from (procedural, video or frame folders) and how procedural scenes are drawn."""
+
     source: Literal["procedural", "video", "frames"] = "procedural"
     count: int = Field(default=40, ge=1, description="procedural backgrounds to render")
     video: VideoBackgroundConfig | None = None
@@ -156,6 +167,8 @@ class CocoSource(Section):
 
 
 class PennFudanSource(Section):
+    """Pedestrians of PennFudanPed, whose masks come with the dataset."""
+
     type: Literal["pennfudan"]
     root: str
     max_items: int | None = Field(default=None, ge=1)
@@ -173,6 +186,8 @@ class RockFolderSource(Section):
 
 
 class RgbaFolderSource(Section):
+    """Cutouts that already carry an alpha mask, all of one class, with the class's real height range (m)."""
+
     type: Literal["rgba"]
     root: str
     class_name: str
@@ -193,6 +208,8 @@ GallerySource = Annotated[
 
 
 class GalleryConfig(Section):
+    """The obstacle gallery: its sources, procedural cutouts per class and their render height."""
+
     sources: tuple[GallerySource, ...] = (ProceduralSource(),)
     per_class: int = Field(default=12, ge=1, description="procedural cutouts per class")
     render_height_px: int = Field(default=256, ge=32, le=2048)
@@ -274,6 +291,8 @@ class LabHarmonizeConfig(_HarmonizeBackend):
 
 
 class PoissonHarmonizeConfig(_HarmonizeBackend):
+    """``poisson``: gradient-domain blending (``cv2.seamlessClone``) faded into a band around the object."""
+
     backend: Literal["poisson"]
     mode: Literal["normal", "mixed"] = "normal"
     band_px: int = Field(default=2, ge=1)
@@ -292,11 +311,15 @@ class _LearnedHarmonizeConfig(_HarmonizeBackend):
 
 
 class TorchScriptHarmonizeConfig(_LearnedHarmonizeConfig):
+    """``torchscript``: a learned harmonizer exported with TorchScript."""
+
     backend: Literal["torchscript"]
     device: str | None = Field(default=None, description="default: cuda when available, else cpu")
 
 
 class OnnxHarmonizeConfig(_LearnedHarmonizeConfig):
+    """``onnx``: a learned harmonizer exported to ONNX, run with onnxruntime."""
+
     backend: Literal["onnx"]
     providers: tuple[str, ...] | None = Field(default=None, description="default: CUDA when onnxruntime has it")
 
@@ -341,6 +364,8 @@ def _upgrade_shadows_flag(data: dict[str, Any]) -> None:
 
 
 class ComposeConfig(Section):
+    """How obstacles are placed, scaled, blended, harmonized and shadowed on a background."""
+
     obstacles_per_image: tuple[int, int] = (1, 3)
     distance_m: Range = (5.0, 75.0)
     scale: Literal["metric", "linear"] = "metric"
@@ -429,6 +454,8 @@ class IngestConfig(Section):
 
 
 class BuildConfig(Section):
+    """The whole build: the root of the validated config tree."""
+
     name: str = "synrail-demo"
     seed: int = Field(default=0, ge=0)
     num_images: int = Field(default=200, ge=1)
@@ -479,6 +506,7 @@ class BuildConfig(Section):
         return self.model_dump(mode="json", exclude={"execution"})
 
     def build_hash(self) -> str:
+        """A 16-hex-digit hash of ``content_dict()``: equal for every config that gives the same bytes."""
         return hashlib.sha256(json.dumps(self.content_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -45,10 +45,12 @@ def is_installed(module: str) -> bool:
 
 
 def missing_modules(extra: str) -> list[str]:
+    """The modules of ``extra`` that are not installed (empty when the extra is complete)."""
     return [m for m in EXTRA_MODULES[extra] if not is_installed(m)]
 
 
 def pip_command(extra: str) -> str:
+    """The pip command that installs ``extra``."""
     return f"pip install 'synrail[{extra}]'"
 
 

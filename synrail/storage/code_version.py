@@ -15,6 +15,7 @@ from synrail import __version__
 
 @functools.cache
 def code_version() -> str:
+    """The package version plus a hash of every ``synrail/*.py`` file: changes with any edit to the library's code."""
     digest = hashlib.sha256()
     package = Path(__file__).parents[1]  # synrail/
     for path in sorted(package.rglob("*.py")):

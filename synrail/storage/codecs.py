@@ -11,7 +11,15 @@ from synrail.storage.store import StoreError
 
 
 def encode_image(image: np.ndarray, ext: str, params: Sequence[int] = ()) -> bytes:
-    """``image`` encoded by OpenCV as ``ext`` (".png", ".jpg") with ``params`` (``cv2.IMWRITE_*`` pairs).
+    """``image`` encoded by OpenCV as ``ext``.
+
+    Args:
+        image: an OpenCV image (BGR, BGRA or grey).
+        ext: the format, ".png" or ".jpg".
+        params: ``cv2.IMWRITE_*`` flag and value pairs, flattened.
+
+    Returns:
+        The encoded file's bytes.
 
     Raises:
         ValueError: OpenCV could not encode it.
@@ -23,10 +31,18 @@ def encode_image(image: np.ndarray, ext: str, params: Sequence[int] = ()) -> byt
 
 
 def decode_image(data: bytes, flags: int, origin: str) -> np.ndarray:
-    """``data`` decoded with ``cv2.imdecode(flags)``.
+    """``data`` decoded with ``cv2.imdecode``.
+
+    Args:
+        data: the file's bytes.
+        flags: ``cv2.IMREAD_*`` flags.
+        origin: the file's URL, named in the error.
+
+    Returns:
+        The decoded image.
 
     Raises:
-        StoreError: not a readable image; the message names ``origin`` (the file's URL).
+        StoreError: not a readable image.
     """
     image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flags)
     if image is None:

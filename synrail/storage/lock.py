@@ -35,6 +35,8 @@ class OutputLocked(RuntimeError):
 
 @dataclass(frozen=True)
 class LockHolder:
+    """The contents of a lock file: who holds it, where, since when, and its last heartbeat (epoch seconds)."""
+
     token: str
     owner: str
     host: str
@@ -43,6 +45,7 @@ class LockHolder:
     heartbeat: float
 
     def describe(self) -> str:
+        """The holder in words, for the message that refuses a second build."""
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
         return f"{self.owner or 'a build'} (pid {self.pid} on {self.host}, since {started})"
 
@@ -50,7 +53,20 @@ class LockHolder:
 @contextmanager
 def build_lock(store: Store, owner: str = "", ttl_s: float = TTL_S,
                heartbeat_s: float = HEARTBEAT_S) -> Iterator[LockHolder]:
-    """Hold ``store``'s build lock for the ``with`` block, or raise :class:`OutputLocked`."""
+    """Hold ``store``'s build lock for the ``with`` block; a thread rewrites its heartbeat meanwhile.
+
+    Args:
+        store: the output the build writes to; the lock file is ``LOCK_FILE`` inside it.
+        owner: who is building, shown to a build that is refused.
+        ttl_s: seconds without a heartbeat after which a found lock counts as stale and is taken over.
+        heartbeat_s: seconds between heartbeats.
+
+    Returns:
+        A context manager yielding this build's ``LockHolder``; the lock file is removed on exit if it is still ours.
+
+    Raises:
+        OutputLocked: a live build holds the lock, or another build took over the same stale lock first.
+    """
     now = time.time()
     holder = LockHolder(uuid.uuid4().hex, owner, socket.gethostname(), os.getpid(), now, now)
     _acquire(store, holder, ttl_s)
@@ -76,6 +92,15 @@ def current_holder(store: Store) -> LockHolder | None:
 
 
 def is_stale(holder: LockHolder, ttl_s: float = TTL_S) -> bool:
+    """Whether ``holder``'s lock may be taken over: its heartbeat is too old, or its process on this host is gone.
+
+    Args:
+        holder: the lock file's contents.
+        ttl_s: the heartbeat age (seconds) beyond which the lock is stale.
+
+    Returns:
+        True when the lock may be taken over.
+    """
     if time.time() - holder.heartbeat > ttl_s:
         return True
     return holder.host == socket.gethostname() and not _process_alive(holder.pid)

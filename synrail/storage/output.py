@@ -13,7 +13,15 @@ BUILD_MARKER = ".synrail/build.json"
 
 
 def cache_url(cfg: BuildConfig, out: Store) -> str:
-    """Where a build's caches live: ``execution.cache_url``, else inside the output."""
+    """Where a build's caches live: ``execution.cache_url``, else inside the output.
+
+    Args:
+        cfg: the build config.
+        out: the build's output.
+
+    Returns:
+        The cache's root URL.
+    """
     return cfg.execution.cache_url or out.url(".synrail/cache")
 
 
@@ -44,11 +52,23 @@ class OutputConflict(RuntimeError):
 
 
 def claim_output(out: Store, cfg: BuildConfig, overwrite: bool) -> bool:
-    """Make ``out`` ready for ``cfg``; return True when it already holds this very build (a rerun).
+    """Make ``out`` ready for ``cfg``, writing its build marker.
 
     A folder holding a different build is refused unless ``overwrite`` is set, in which case its
     contents are deleted first. A non-empty folder that is not a SynRail build is always refused:
     overwrite never deletes files SynRail did not write.
+
+    Args:
+        out: the output folder; the caller holds its build lock.
+        cfg: the build config, identified by its build hash.
+        overwrite: replace a different build found there.
+
+    Returns:
+        True when ``out`` already holds this very build (a rerun), False when it was claimed afresh.
+
+    Raises:
+        OutputConflict: ``out`` holds something else and may not be replaced.
+        StoreError: ``out`` is not writable.
     """
     marker = {"build_hash": cfg.build_hash(), "name": cfg.name, "synrail_version": __version__}
     contents = _contents(out)

@@ -42,6 +42,7 @@ T = TypeVar("T")
 
 
 def sha256_bytes(data: bytes) -> str:
+    """The sha256 hex digest of ``data``."""
     return hashlib.sha256(data).hexdigest()
 
 
@@ -82,21 +83,38 @@ class Store:
         return f"Store({self.root_url!r})"
 
     def path(self, rel: str) -> str:
+        """``rel`` as a path of the filesystem (the root's path when empty)."""
         return f"{self.root_path}/{rel}" if rel else self.root_path
 
     def url(self, rel: str) -> str:
+        """``rel`` as a full URL (the root URL when empty)."""
         return f"{self.root_url}/{rel}" if rel else self.root_url
 
     def local_path(self, rel: str = "") -> Path:
+        """``rel`` as a local ``Path``.
+
+        Raises:
+            StoreError: the store is not on a local disk.
+        """
         if not self.is_local:
             raise StoreError(f"{self.url(rel)} is not on a local disk")
         return Path(self.path(rel))
 
     def child(self, rel: str) -> Store:
+        """A store rooted at ``rel``, with the same options."""
         return Store(self.url(rel), self.storage_options, self.retry_attempts)
 
     def with_retries(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``call(*args, **kwargs)``, tried again after transient errors."""
+        """``call(*args, **kwargs)``, tried again with exponential backoff after transient errors.
+
+        Args:
+            call: the filesystem call.
+            *args: its positional arguments.
+            **kwargs: its keyword arguments.
+
+        Returns:
+            What ``call`` returns; the last error is raised once ``retry_attempts`` are spent.
+        """
         retrying = Retrying(stop=stop_after_attempt(self.retry_attempts), reraise=True,
                             wait=wait_exponential(multiplier=RETRY_WAIT_S, max=RETRY_MAX_WAIT_S),
                             retry=retry_if_exception(is_transient), before_sleep=before_sleep_log(log, logging.WARNING))
@@ -104,15 +122,22 @@ class Store:
 
     # -- reading ----------------------------------------------------------------------------
     def exists(self, rel: str) -> bool:
+        """Whether a file or folder exists at ``rel``."""
         return self.with_retries(self.fs.exists, self.path(rel))
 
     def read_bytes(self, rel: str) -> bytes:
+        """The contents of the file ``rel``.
+
+        Raises:
+            StoreError: there is no such file.
+        """
         try:
             return self.with_retries(self.fs.cat_file, self.path(rel))
         except FileNotFoundError:
             raise StoreError(f"missing file: {self.url(rel)}") from None
 
     def read_text(self, rel: str) -> str:
+        """The contents of the file ``rel`` as UTF-8 text."""
         return self.read_bytes(rel).decode("utf-8")
 
     def list(self, rel: str = "") -> list[str]:
@@ -132,7 +157,18 @@ class Store:
 
     # -- writing ----------------------------------------------------------------------------
     def write_bytes(self, rel: str, data: bytes) -> str:
-        """Write atomically and return the sha256 of ``data``."""
+        """Write ``data`` at ``rel`` atomically (a temporary renamed into place on a local disk).
+
+        Args:
+            rel: the path below the root.
+            data: the file's contents.
+
+        Returns:
+            The sha256 hex digest of ``data``.
+
+        Raises:
+            StoreError: the write failed after retries.
+        """
         target = self.path(rel)
         try:
             if self.is_local:
@@ -144,10 +180,21 @@ class Store:
         return sha256_bytes(data)
 
     def create_exclusive(self, rel: str, data: bytes) -> bool:
-        """Write ``data`` at ``rel`` only if nothing is there; False when something is.
+        """Write ``data`` at ``rel`` only if nothing is there.
 
         Atomic on a local disk (a hard link fails if the name exists) and on S3 (a conditional PUT);
-        other filesystems get a check-then-write."""
+        other filesystems get a check-then-write.
+
+        Args:
+            rel: the path below the root.
+            data: the file's contents.
+
+        Returns:
+            True when written, False when something was already there.
+
+        Raises:
+            StoreError: the write failed for another reason.
+        """
         target = self.path(rel)
         try:
             if self.is_local:
@@ -169,14 +216,33 @@ class Store:
             self.fs.pipe_file(target, data)
 
     def write_text(self, rel: str, text: str) -> str:
+        """Write ``text`` as UTF-8 at ``rel`` atomically.
+
+        Args:
+            rel: the path below the root.
+            text: the file's contents.
+
+        Returns:
+            The sha256 hex digest of the bytes written.
+        """
         return self.write_bytes(rel, text.encode("utf-8"))
 
     def write_npz(self, rel: str, **arrays: np.ndarray) -> str:
+        """Write ``arrays`` as one compressed ``.npz`` file at ``rel`` atomically.
+
+        Args:
+            rel: the path below the root.
+            **arrays: the arrays, by the names ``np.load`` gives them back under.
+
+        Returns:
+            The sha256 hex digest of the bytes written.
+        """
         buffer = io.BytesIO()
         np.savez_compressed(buffer, **arrays)
         return self.write_bytes(rel, buffer.getvalue())
 
     def remove(self, rel: str) -> None:
+        """Delete the file or folder ``rel`` (recursively); nothing happens when it is absent."""
         if self.exists(rel):
             try:
                 self.with_retries(self.fs.rm, self.path(rel), recursive=True)

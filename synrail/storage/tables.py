@@ -49,22 +49,55 @@ def arrow_schema(row_model: type[BaseModel]) -> pa.Schema:
 
 
 def table_bytes(rows: Sequence[dict[str, Any]], schema: pa.Schema | None = None) -> bytes:
-    """``rows`` as one Parquet file (schema inferred from the values unless given)."""
+    """``rows`` as one Parquet file.
+
+    Args:
+        rows: one dict per row.
+        schema: the Arrow schema; inferred from the values when None.
+
+    Returns:
+        The Parquet file's bytes.
+    """
     buffer = io.BytesIO()
     pq.write_table(pa.Table.from_pylist(list(rows), schema=schema), buffer)
     return buffer.getvalue()
 
 
 def rows_bytes(rows: Sequence[BaseModel], row_model: type[BaseModel]) -> bytes:
-    """Typed ``rows`` as one Parquet file with the schema of ``row_model``."""
+    """Typed ``rows`` as one Parquet file with the schema derived from ``row_model``.
+
+    Args:
+        rows: the records.
+        row_model: their pydantic model, which gives the schema (also when ``rows`` is empty).
+
+    Returns:
+        The Parquet file's bytes.
+    """
     return table_bytes([r.model_dump() for r in rows], arrow_schema(row_model))
 
 
 def read_table(store: Store, rel: str) -> list[dict[str, Any]]:
-    """The rows of the Parquet file ``rel`` in ``store`` as dicts."""
+    """The rows of a Parquet file as dicts.
+
+    Args:
+        store: where the file is.
+        rel: its path in ``store``.
+
+    Returns:
+        One dict per row.
+    """
     return pq.read_table(io.BytesIO(store.read_bytes(rel))).to_pylist()
 
 
 def read_rows(store: Store, rel: str, row_model: type[BaseModel]) -> list[Any]:
-    """The rows of the Parquet file ``rel`` in ``store`` as ``row_model`` instances."""
+    """The rows of a Parquet file as records.
+
+    Args:
+        store: where the file is.
+        rel: its path in ``store``.
+        row_model: the pydantic model each row is validated into.
+
+    Returns:
+        One ``row_model`` instance per row.
+    """
     return [row_model.model_validate(row) for row in read_table(store, rel)]
