@@ -37,7 +37,15 @@ def image_id(index: int) -> str:
 
 
 def chunk_ranges(num_images: int, chunk_size: int) -> list[tuple[int, int]]:
-    """``(first, stop)`` of every chunk of ``chunk_size`` images."""
+    """``(first, stop)`` of every chunk of ``chunk_size`` images.
+
+    Args:
+        num_images: the images of the build.
+        chunk_size: the images per chunk; the last chunk may be shorter.
+
+    Returns:
+        The chunks' half-open index ranges, in order.
+    """
     return [(first, min(first + chunk_size, num_images)) for first in range(0, num_images, chunk_size)]
 
 
@@ -68,6 +76,15 @@ def _load_cutout(cache_url: str, record_json: str) -> GalleryCutout:
 
 
 def gallery_by_class(cache: Store, gallery: Sequence[GalleryRecord]) -> dict[str, list[GalleryCutout]]:
+    """The cutouts of ``gallery`` decoded from the cache, grouped by class (decoded once per process).
+
+    Args:
+        cache: the build's cache, which holds the cutouts' PNGs.
+        gallery: the cutout records.
+
+    Returns:
+        The decoded cutouts per class name, in record order.
+    """
     grouped: dict[str, list[GalleryCutout]] = {}
     for record in gallery:
         grouped.setdefault(record.class_name, []).append(_load_cutout(cache.root_url, record.model_dump_json()))
@@ -75,6 +92,8 @@ def gallery_by_class(cache: Store, gallery: Sequence[GalleryRecord]) -> dict[str
 
 
 class ComposedImage(NamedTuple):
+    """One composed image with what it was made from, its condition and its quality score."""
+
     background: BackgroundRecord
     composite: Composite
     condition: str  # the background's condition, or the weather laid over it
@@ -104,7 +123,20 @@ def compose_one(cfg: BuildConfig, index: int, split: str, backgrounds: Sequence[
                 gallery: Mapping[str, Sequence[GalleryCutout]], cache: Store) -> ComposedImage:
     """Composite ``index``: its background is drawn from its split's own backgrounds. With quality
     control, attempts under the threshold are redrawn (attempt k has its own seed) and the best kept;
-    weather, if configured, is laid over the whole image last."""
+    weather, if configured, is laid over the whole image last.
+
+    Args:
+        cfg: the build config.
+        index: the image index, which seeds its random streams.
+        split: the image's split; only backgrounds of this split are drawn.
+        backgrounds: every background record of the build.
+        gallery: the decoded cutouts per class (``gallery_by_class``).
+        cache: the build's cache, which holds the backgrounds.
+
+    Returns:
+        The background used, the composite, the condition (the background's or the weather's), the quality
+        score (None without quality control or without obstacles) and the attempts made.
+    """
     pool = [b for b in backgrounds if b.split == split]
     attempts = 1 + (cfg.quality.max_resamples if cfg.quality else 0)
     best: tuple[BackgroundRecord, Composite, QualityScore | None] | None = None
@@ -138,7 +170,16 @@ def _with_weather(cfg: BuildConfig, index: int, record: BackgroundRecord, compos
 
 
 def annotation_rows(index: int, composite: Composite, cfg: BuildConfig) -> list[AnnotationRow]:
-    """The label rows of composite ``index``: one per placed obstacle, its visible mask as COCO RLE."""
+    """The label rows of composite ``index``: one per placed obstacle, its visible mask as COCO RLE.
+
+    Args:
+        index: the image index.
+        composite: the composite's image and instances.
+        cfg: the build config (``classes`` gives the category ids).
+
+    Returns:
+        One row per instance, in placement order.
+    """
     rows = []
     for k, inst in enumerate(composite.instances):
         rle = encode_rle(inst.visible_mask.full())
@@ -158,8 +199,22 @@ def compose_chunk(cfg: BuildConfig, first: int, stop: int, backgrounds: Sequence
                   splits: Sequence[str] | None = None) -> ChunkRecord:
     """Compose images ``first..stop-1``; write their JPEGs, YOLO labels and a Parquet chunk of rows.
 
-    ``splits`` gives the split of each of these images; by default the build's contiguous blocks
-    (an incremental version passes the splits of the videos it adds).
+    Args:
+        cfg: the build config.
+        first: the first image index.
+        stop: one past the last image index.
+        backgrounds: every background record of the build.
+        gallery: every cutout record of the build.
+        cache: the build's cache, which holds backgrounds and cutouts.
+        out: the output, where images, labels and the chunk tables are written.
+        splits: the split of each of these images; by default the build's contiguous blocks (an
+            incremental version passes the splits of the videos it adds).
+
+    Returns:
+        The chunk's record: its table paths, their joint sha256, and its image and annotation counts.
+
+    Raises:
+        ValueError: ``splits`` does not have one entry per image.
     """
     splits = list(splits) if splits is not None else image_splits(cfg)[first:stop]
     if len(splits) != stop - first:

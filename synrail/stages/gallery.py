@@ -103,12 +103,28 @@ def prepare_gallery_class(cfg: BuildConfig, class_name: str, cache: Store) -> li
 
 
 def procedural_classes(cfg: BuildConfig, source: ProceduralSource) -> list[str]:
-    """The classes a procedural gallery source renders (all of ``cfg.classes`` unless it names some)."""
+    """The classes a procedural gallery source renders (all of ``cfg.classes`` unless it names some).
+
+    Args:
+        cfg: the build config (``classes``).
+        source: the procedural gallery source.
+
+    Returns:
+        The class names, in the order of ``cfg.classes``.
+    """
     return [c for c in cfg.classes if source.classes is None or c in source.classes]
 
 
 def prepare_gallery(cfg: BuildConfig, cache: Store) -> list[GalleryRecord]:
-    """The procedural gallery of every class (the benchmark's fixed input)."""
+    """The procedural gallery of every class (the benchmark's fixed input).
+
+    Args:
+        cfg: the build config.
+        cache: the build's cache, where the cutouts are written.
+
+    Returns:
+        The cutout records of every class, class by class.
+    """
     return [record for name in cfg.classes for record in prepare_gallery_class(cfg, name, cache)]
 
 
@@ -132,7 +148,18 @@ def _first(candidates: list[ObstacleCandidate], limit: int | None) -> list[Obsta
 
 def dataset_candidates(source: RealSource, max_pixels: int) -> tuple[list[ObstacleCandidate], list[Skipped]]:
     """Candidates of a dataset source in its real on-disk layout; images over ``max_pixels`` (declared)
-    are skipped unread."""
+    are skipped unread.
+
+    Args:
+        source: a COCO, PennFudan, rock-folder or RGBA-folder source.
+        max_pixels: the largest image (width times height) that is decoded.
+
+    Returns:
+        The candidates (at most ``max_items`` where the source sets it) and the skipped items with their reasons.
+
+    Raises:
+        TypeError: ``source`` is not a dataset source.
+    """
     if isinstance(source, CocoSource):
         found, skipped = read_coco_instances(source.annotations, source.images, source.class_map,
                                              min_area_px=source.min_area_px, max_overlap=source.max_overlap,
@@ -153,7 +180,16 @@ def dataset_candidates(source: RealSource, max_pixels: int) -> tuple[list[Obstac
 
 
 def diffusion_candidates(cfg: BuildConfig, source: DiffusionSource, cache: Store) -> list[ObstacleCandidate]:
-    """Generate (or find cached) images for every class with a prompt template; box each subject."""
+    """Generate (or find cached) images for every class with a prompt template; box each subject.
+
+    Args:
+        cfg: the build config (``seed``, ``classes``).
+        source: the diffusion source: its model and prompt templates.
+        cache: the build's cache, where generated images are kept.
+
+    Returns:
+        One candidate per generated image, its prompt the subject's box.
+    """
     generator = load_generator(source.model)
     templates = source.prompts.all_templates()
     classes = [c for c in cfg.classes if c in templates]
@@ -171,7 +207,15 @@ def diffusion_candidates(cfg: BuildConfig, source: DiffusionSource, cache: Store
 
 
 def gallery_record(cfg: BuildConfig, cutout: ExtractedCutout) -> GalleryRecord:
-    """A cutout's record, its physical height drawn from its size prior (seeded by its content)."""
+    """A cutout's record, its physical height drawn from its size prior (seeded by its content).
+
+    Args:
+        cfg: the build config (``seed``).
+        cutout: the extracted cutout.
+
+    Returns:
+        The cutout's gallery record.
+    """
     rng = rng_for(cfg.seed, Stream.GALLERY, int(cutout.sha256[:12], 16))
     return GalleryRecord(
         cutout_id=cutout.cutout_id, class_name=cutout.class_name, source=cutout.source, path=cutout.path,
@@ -211,7 +255,15 @@ def prepare_gallery_source(cfg: BuildConfig, source_index: int, cache: Store) ->
 
 
 def needs_gpu(cfg: BuildConfig, source_index: int) -> bool:
-    """Whether this source's work is model inference that belongs on a GPU worker."""
+    """Whether this source's work is model inference that belongs on a GPU worker.
+
+    Args:
+        cfg: the build config (``gallery.sources``, ``segment``).
+        source_index: the source's index in ``gallery.sources``.
+
+    Returns:
+        True for a diffusion source, or for any real source when SAM segments it.
+    """
     source = cfg.gallery.sources[source_index]
     uses_sam = cfg.segment.backend == "sam" or (cfg.segment.backend == "auto" and cfg.segment.checkpoint)
     return isinstance(source, DiffusionSource) or bool(uses_sam)

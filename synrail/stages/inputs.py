@@ -32,7 +32,16 @@ def texture_quarantine(cfg: BuildConfig) -> list[QuarantineRecord]:
 def input_report(videos: Sequence[VideoBackgrounds], sources: Sequence[GallerySourceResult],
                  textures: Sequence[QuarantineRecord] = ()) -> InputReport:
     """Everything left out, and why: quarantined files (videos, images, masks, ``textures``), unused
-    frames, skipped obstacle candidates."""
+    frames, skipped obstacle candidates.
+
+    Args:
+        videos: what the video stage made of each video or image sequence.
+        sources: what the gallery stage made of each real gallery source.
+        textures: the DTD textures that cannot be decoded safely.
+
+    Returns:
+        The build's input report, with the cameras solved for the videos.
+    """
     return InputReport(
         videos=[v.video for v in videos],
         quarantine=[*(v.quarantine for v in videos if v.quarantine is not None),
@@ -46,6 +55,12 @@ def input_report(videos: Sequence[VideoBackgrounds], sources: Sequence[GallerySo
 def check_inputs(cfg: BuildConfig, backgrounds: Sequence[BackgroundRecord], gallery: Sequence[GalleryRecord],
                  report: InputReport) -> None:
     """Check that every split in use has a background and every class a cutout.
+
+    Args:
+        cfg: the build config (``splits``, ``classes``).
+        backgrounds: every background record of the build.
+        gallery: every cutout record of the build.
+        report: what was left out, quoted in the error.
 
     Raises:
         InputError: naming what is missing and how many inputs were left out.

@@ -22,7 +22,18 @@ from synrail.storage.store import Store
 
 
 def gather_inputs(cfg: BuildConfig, cache: Store) -> tuple[list[BackgroundRecord], list[GalleryRecord], InputReport]:
-    """Backgrounds and cutouts from every configured source, checked, with the report of what was left out."""
+    """Backgrounds and cutouts from every configured source, checked, with the report of what was left out.
+
+    Args:
+        cfg: the build config.
+        cache: the build's cache, where backgrounds and cutouts are written and found again.
+
+    Returns:
+        The background records, the gallery records and the input report.
+
+    Raises:
+        InputError: a split in use has no background or a class has no cutout.
+    """
     videos = []
     if cfg.backgrounds.source == "procedural":
         backgrounds = [prepare_background(cfg, i, cache) for i in range(cfg.backgrounds.count)]

@@ -20,7 +20,15 @@ CONFIG_SECTIONS = ("seed", "num_images", "splits", "backgrounds")
 
 
 def largest_remainder(total: int, weights: Mapping[str, float]) -> dict[str, int]:
-    """Split ``total`` in proportion to ``weights``; every key with weight gets at least one when possible."""
+    """Split ``total`` in proportion to ``weights``; every key with weight gets at least one when possible.
+
+    Args:
+        total: the number of items to count out.
+        weights: non-negative weight per key.
+
+    Returns:
+        The count per key, summing to ``total``.
+    """
     keys = list(weights)
     scale = total / sum(weights.values())
     wanted = {k: weights[k] * scale for k in keys}
@@ -36,7 +44,15 @@ def largest_remainder(total: int, weights: Mapping[str, float]) -> dict[str, int
 
 
 def split_counts(total: int, fractions: Mapping[str, float]) -> dict[str, int]:
-    """``total`` items counted out to the splits in proportion to ``fractions``."""
+    """``total`` items counted out to the splits in proportion to ``fractions``.
+
+    Args:
+        total: the number of items.
+        fractions: the share of each split in ``SPLITS``.
+
+    Returns:
+        The count per split, summing to ``total``.
+    """
     return largest_remainder(total, {s: fractions[s] for s in SPLITS})
 
 
@@ -111,7 +127,15 @@ def _in_split(records: list[BackgroundRecord], split: str | None, cfg: BuildConf
 
 
 def time_block_split(position: float, cfg: BuildConfig) -> str:
-    """The split of a frame at ``position`` (0..1) through a video that is cut into time blocks."""
+    """The split of a frame at ``position`` (0..1) through a video that is cut into time blocks.
+
+    Args:
+        position: the frame's place in the video, 0 at the start, below 1 at the end.
+        cfg: the build config (``splits``).
+
+    Returns:
+        The split whose block holds ``position``: blocks follow in the order train, val, test.
+    """
     edge = 0.0
     for split, share in cfg.splits.fractions().items():
         edge += share

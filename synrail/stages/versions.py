@@ -40,6 +40,8 @@ CARRIED_FOLDERS = ("images", "labels", ".synrail/chunks")  # what an incremental
 
 
 class VersionInfo(Record):
+    """What one published version is: its parent, kind, config and code identity, images and videos."""
+
     version: str
     parent: str | None
     kind: str  # "full" or "incremental"
@@ -51,6 +53,8 @@ class VersionInfo(Record):
 
 
 class VersionSummary(Record):
+    """What a versioning run did: the latest version afterwards, whether it published one, and why."""
+
     dataset_url: str
     version: str | None  # the latest version after this run
     published: bool  # False when nothing had changed
@@ -60,14 +64,25 @@ class VersionSummary(Record):
 
 
 def shared_cache_url(root: Store) -> str:
+    """The cache every version of the dataset root shares."""
     return root.url(".synrail/cache")
 
 
 def version_store(root: Store, version: str) -> Store:
+    """The folder of one version.
+
+    Args:
+        root: the dataset root.
+        version: the version id (``v0003``).
+
+    Returns:
+        A store rooted at ``versions/<version>``.
+    """
     return root.child(f"versions/{version}")
 
 
 def latest_version(root: Store) -> str | None:
+    """The published version's id from ``latest.json``, or None before the first one."""
     if not root.exists(LATEST):
         return None
     return str(json.loads(root.read_text(LATEST))["version"])
@@ -80,6 +95,18 @@ def next_version(root: Store) -> str:
 
 
 def read_info(root: Store, version: str) -> VersionInfo:
+    """The info a published version was written with.
+
+    Args:
+        root: the dataset root.
+        version: the version id.
+
+    Returns:
+        The version's info.
+
+    Raises:
+        StoreError: the version has no info file.
+    """
     return VersionInfo.model_validate_json(version_store(root, version).read_text(VERSION_INFO))
 
 
@@ -91,7 +118,12 @@ def resolve_dataset(url: str) -> str:
 
 
 def publish(root: Store, info: VersionInfo) -> None:
-    """Write the version's info, then switch ``latest`` to it: the one step readers see."""
+    """Write the version's info, then switch ``latest`` to it: the one step readers see.
+
+    Args:
+        root: the dataset root.
+        info: the new version's info; its folder is complete.
+    """
     out = version_store(root, info.version)
     out.write_text(VERSION_INFO, info.model_dump_json())
     root.write_text(LATEST, json.dumps({"version": info.version, "path": f"versions/{info.version}",
@@ -107,7 +139,15 @@ def publish(root: Store, info: VersionInfo) -> None:
 
 def claim_version_folder(out: Store, cfg: BuildConfig) -> None:
     """Make ``out`` ready for a new version. It was never published (ids come from the pointer), so
-    what a crashed run left there is reused when it is this build, and replaced when it is another."""
+    what a crashed run left there is reused when it is this build, and replaced when it is another.
+
+    Args:
+        out: the new version's folder.
+        cfg: the build config.
+
+    Raises:
+        OutputConflict: the folder holds files SynRail did not write.
+    """
     try:
         claim_output(out, cfg, overwrite=False)
     except OutputConflict:
@@ -115,7 +155,16 @@ def claim_version_folder(out: Store, cfg: BuildConfig) -> None:
 
 
 def unchanged_reason(cfg: BuildConfig, root: Store, listed: Sequence[VideoRef]) -> str | None:
-    """Why a full rebuild would reproduce the latest version (same config, code and videos), or None."""
+    """Why a full rebuild would reproduce the latest version (same config, code and videos), or None.
+
+    Args:
+        cfg: the build config.
+        root: the dataset root.
+        listed: the videos the sources list now.
+
+    Returns:
+        The reason to skip the rebuild, or None when something changed (or nothing is published).
+    """
     latest = latest_version(root)
     if latest is None:
         return None
@@ -128,7 +177,15 @@ def unchanged_reason(cfg: BuildConfig, root: Store, listed: Sequence[VideoRef]) 
 
 
 def video_split(cfg: BuildConfig, name: str) -> str:
-    """A new video's split, stable by name: where it falls in [0, 1) against the split fractions."""
+    """A new video's split, stable by name: where it falls in [0, 1) against the split fractions.
+
+    Args:
+        cfg: the build config (``seed``, ``splits``).
+        name: the video's name.
+
+    Returns:
+        A split in use (share above 0).
+    """
     digest = hashlib.sha256(f"{cfg.seed}:{name}".encode()).digest()
     position = int.from_bytes(digest[:8], "big") / 2**64
     edge = 0.0
@@ -142,7 +199,16 @@ def video_split(cfg: BuildConfig, name: str) -> str:
 def incremental_plan(cfg: BuildConfig, first_index: int, backgrounds: Sequence[BackgroundRecord]
                      ) -> list[tuple[int, int, list[str]]]:
     """Chunks (first, stop, splits) of the new images: ``ingest.images_per_video`` for each new video
-    with usable frames, each image in its video's split, numbered on from the parent's images."""
+    with usable frames, each image in its video's split, numbered on from the parent's images.
+
+    Args:
+        cfg: the build config (``ingest``, ``execution.chunk_size``).
+        first_index: the index of the first new image (the parent's image count).
+        backgrounds: the new videos' background records, with their splits.
+
+    Returns:
+        One ``(first, stop, splits)`` per chunk of at most ``chunk_size`` images.
+    """
     video_splits = {b.source: b.split for b in backgrounds}
     splits = [video_splits[v] for v in sorted(video_splits) for _ in range(cfg.ingest.images_per_video)]
     size = cfg.execution.chunk_size
@@ -152,7 +218,16 @@ def incremental_plan(cfg: BuildConfig, first_index: int, backgrounds: Sequence[B
 
 def merged_records(parent: BuildRecords, backgrounds: Sequence[BackgroundRecord], report: InputReport
                    ) -> tuple[list[BackgroundRecord], InputReport]:
-    """The parent's backgrounds and report with the new videos' added."""
+    """The parent's backgrounds and report with the new videos' added.
+
+    Args:
+        parent: the parent version's records.
+        backgrounds: the new videos' background records.
+        report: the new run's input report; its skipped obstacles replace the parent's.
+
+    Returns:
+        The merged backgrounds and input report.
+    """
     merged = InputReport(
         videos=parent.report.videos + report.videos,
         quarantine=parent.report.quarantine + report.quarantine,
@@ -163,10 +238,18 @@ def merged_records(parent: BuildRecords, backgrounds: Sequence[BackgroundRecord]
 
 
 def copy_tree(source: Store, target: Store, rel: str) -> int:
-    """Copy the files under ``rel`` from one store to another; return how many.
+    """Copy the files under ``rel`` from one store to another (hidden files excepted).
 
     On one local disk files are hard-linked (free, and safe: SynRail replaces files by rename and
     never writes into one). On one object store, the store copies them itself.
+
+    Args:
+        source: the store copied from.
+        target: the store copied to.
+        rel: the folder, relative to both roots.
+
+    Returns:
+        How many files were copied.
     """
     files = [f for f in source.find(rel) if not posixpath.basename(f).startswith(".")]
     for relative in files:
@@ -188,14 +271,30 @@ def copy_tree(source: Store, target: Store, rel: str) -> int:
 
 
 def carry_over(parent: Store, out: Store) -> BuildRecords:
-    """Bring the parent version's images, labels and chunk tables into ``out``; return its records."""
+    """Bring the parent version's images, labels and chunk tables into ``out``.
+
+    Args:
+        parent: the parent version's folder.
+        out: the new version's folder.
+
+    Returns:
+        The parent's build records.
+    """
     for folder in CARRIED_FOLDERS:
         copy_tree(parent, out, folder)
     return read_build_records(parent)
 
 
 def prune_unreferenced(out: Store, chunks: Sequence[ChunkRecord]) -> list[str]:
-    """Delete image and label files no chunk lists (left by a crashed attempt with other inputs)."""
+    """Delete image and label files no chunk lists (left by a crashed attempt with other inputs).
+
+    Args:
+        out: the version's folder.
+        chunks: every chunk of the version.
+
+    Returns:
+        The paths removed.
+    """
     keep = set()
     for chunk in chunks:
         for row in read_table(out, chunk.images_path):
@@ -211,6 +310,18 @@ def prune_unreferenced(out: Store, chunks: Sequence[ChunkRecord]) -> list[str]:
 
 
 def version_info(cfg: BuildConfig, root: Store, version: str, kind: str, records: BuildRecords) -> VersionInfo:
+    """The info of a version about to be published on top of the latest one.
+
+    Args:
+        cfg: the build config, identified by its build hash.
+        root: the dataset root; its latest version becomes the parent.
+        version: the new version's id.
+        kind: "full" or "incremental".
+        records: the new version's build records (chunks and input report).
+
+    Returns:
+        The version's info, stamped with the current time and code version.
+    """
     return VersionInfo(version=version, parent=latest_version(root), kind=kind,
                        created=datetime.now(UTC).isoformat(timespec="seconds"),
                        build_hash=cfg.build_hash(), code_version=code_version(),
@@ -219,8 +330,16 @@ def version_info(cfg: BuildConfig, root: Store, version: str, kind: str, records
 
 def local_copy(dataset_url: str, folder: str | Path) -> Path:
     """A local folder holding the latest version of ``dataset_url`` (for trainers that read only local
-    files); returns its data.yaml. A local dataset is used where it is; a remote one is downloaded
-    once per version, into a temporary folder renamed into place, so a half download is never used."""
+    files). A local dataset is used where it is; a remote one is downloaded once per version, into a
+    temporary folder renamed into place, so a half download is never used.
+
+    Args:
+        dataset_url: a dataset or versioned dataset root.
+        folder: where a remote dataset is downloaded to.
+
+    Returns:
+        The path of the local copy's data.yaml.
+    """
     url = resolve_dataset(dataset_url)
     source = Store(url)
     if source.is_local:

@@ -55,6 +55,9 @@ _CONDITION_WORDS = (  # sidecar words -> condition tag, first match wins
 
 
 def condition_from_metadata(metadata: dict[str, str]) -> str:
+    """The condition tag a video's sidecar ``time_of_day`` and ``weather`` words name (first match wins), else
+    "unknown".
+    """
     text = f"{metadata.get('time_of_day', '')} {metadata.get('weather', '')}".lower()
     for words, condition in _CONDITION_WORDS:
         if any(word in text for word in words):
