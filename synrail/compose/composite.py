@@ -43,6 +43,8 @@ class SceneBackground:
 
 @dataclass(frozen=True)
 class GalleryCutout:
+    """One decoded gallery cutout: BGRA pixels (alpha 0/255), its class, source and physical height (m)."""
+
     cutout_id: str
     class_name: str
     source: str
@@ -61,6 +63,7 @@ class WindowMask:
 
     @property
     def area(self) -> int:
+        """The mask's pixel count."""
         return int(np.count_nonzero(self.mask))
 
     def full(self) -> np.ndarray:
@@ -84,6 +87,8 @@ class WindowMask:
 
 @dataclass(frozen=True)
 class Placement:
+    """One obstacle as placed: its resized pixels and mask, its position in the image and what of it is inside."""
+
     cutout: GalleryCutout
     point: GroundPoint
     height_m: float
@@ -129,6 +134,8 @@ class Instance:
 
 @dataclass(frozen=True)
 class Composite:
+    """A composed image and the obstacles placed on it."""
+
     image: np.ndarray
     instances: list[Instance]
 

@@ -65,13 +65,28 @@ class Harmonizer:
         return ring_width(object_height, self.ring_share)
 
     def harmonize(self, composite_bgr: np.ndarray, mask: np.ndarray, object_height: int | None = None) -> np.ndarray:
-        """``composite_bgr`` (H x W x 3 uint8) with the object ``mask`` (H x W bool) harmonized, as a new
-        array; pixels outside ``mask`` keep their values (Poisson: outside mask and band).
-        ``object_height``: the whole object's height in pixels (default: the mask's)."""
+        """``composite_bgr`` with the object ``mask`` harmonized.
+
+        Args:
+            composite_bgr: H x W x 3 uint8, the object already pasted.
+            mask: H x W bool, the object's pixels.
+            object_height: the whole object's height in pixels, which sets the ring width (default: the mask's).
+
+        Returns:
+            A new array; pixels outside ``mask`` (Poisson: outside mask and band) keep their values.
+        """
         raise NotImplementedError
 
     def harmonize_batch(self, composites: Sequence[np.ndarray], masks: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """``harmonize`` on each (composite, mask) pair."""
+        """``harmonize`` on each (composite, mask) pair.
+
+        Args:
+            composites: H x W x 3 uint8 images, the objects already pasted.
+            masks: one H x W bool object mask per composite.
+
+        Returns:
+            The harmonized images, in order.
+        """
         return [self.harmonize(image, mask) for image, mask in zip(composites, masks, strict=True)]
 
     def _ring_px(self, mask: np.ndarray, object_height: int | None) -> int:
@@ -123,6 +138,16 @@ class GlobalLabHarmonizer(Harmonizer):
         self.ring_px = ring_px
 
     def harmonize(self, composite_bgr: np.ndarray, mask: np.ndarray, object_height: int | None = None) -> np.ndarray:
+        """``composite_bgr`` with the object's Lab statistics moved ``strength`` of the way to its ring's.
+
+        Args:
+            composite_bgr: H x W x 3 uint8, the object already pasted.
+            mask: H x W bool, the object's pixels.
+            object_height: the whole object's height in pixels, which sets the ring width (default: the mask's).
+
+        Returns:
+            A new array; pixels outside ``mask`` keep their values.
+        """
         out = composite_bgr.copy()
         if not mask.any():
             return out
@@ -232,6 +257,16 @@ class PoissonHarmonizer(Harmonizer):
         self.band_px = max(1, band_px)
 
     def harmonize(self, composite_bgr: np.ndarray, mask: np.ndarray, object_height: int | None = None) -> np.ndarray:
+        """``composite_bgr`` with the object Poisson-blended into its surroundings.
+
+        Args:
+            composite_bgr: H x W x 3 uint8, the object already pasted.
+            mask: H x W bool, the object's pixels.
+            object_height: the whole object's height in pixels, which sets the ring width (default: the mask's).
+
+        Returns:
+            A new array; pixels outside the mask and its band keep their values.
+        """
         out = composite_bgr.copy()
         if not mask.any():
             return out
@@ -321,7 +356,16 @@ class _LearnedHarmonizer(Harmonizer):
 
 
 def take_masked(composite_bgr: np.ndarray, mask: np.ndarray, harmonized_rgb_chw: np.ndarray) -> np.ndarray:
-    """The composite with its masked pixels taken from a model's output, resized back to the composite."""
+    """The composite with its masked pixels taken from a model's output, resized back to the composite.
+
+    Args:
+        composite_bgr: H x W x 3 uint8.
+        mask: H x W bool, the object's pixels.
+        harmonized_rgb_chw: the model's output, 3 x h x w RGB in [0, 1].
+
+    Returns:
+        A new array; pixels outside ``mask`` keep their values.
+    """
     harmonized = np.ascontiguousarray(harmonized_rgb_chw.transpose(1, 2, 0), dtype=np.float32)
     if harmonized.shape[:2] != mask.shape:
         harmonized = cv2.resize(harmonized, (mask.shape[1], mask.shape[0]), interpolation=cv2.INTER_LINEAR)
@@ -401,7 +445,18 @@ HARMONIZER_NAMES = (*_BACKENDS, "none")
 
 
 def make_harmonizer(name: str, **options: Any) -> Harmonizer | None:
-    """The backend called ``name`` built with ``options``; None for ``"none"`` (paste unchanged)."""
+    """The backend called ``name`` built with ``options``.
+
+    Args:
+        name: one of ``HARMONIZER_NAMES``.
+        **options: the backend's constructor arguments.
+
+    Returns:
+        The backend, or None for ``"none"`` (paste unchanged).
+
+    Raises:
+        ValueError: unknown name.
+    """
     if name == "none":
         return None
     if name not in _BACKENDS:

@@ -29,7 +29,15 @@ _SCENE_TAIL_DOF = 3.0  # Student-t degrees of freedom of the scene's own object-
 # --- geometry --------------------------------------------------------------------------------------
 
 def ring_width(object_height_px: int, share: float) -> int:
-    """Ring width for an object ``object_height_px`` rows tall: ``share`` of its height, at least 2 px."""
+    """Ring width for an object ``object_height_px`` rows tall: ``share`` of its height, at least 2 px.
+
+    Args:
+        object_height_px: the object's height.
+        share: ring width per object height.
+
+    Returns:
+        The width in pixels.
+    """
     return max(2, int(round(share * object_height_px)))
 
 
@@ -40,7 +48,15 @@ def mask_height(mask: np.ndarray) -> int:
 
 
 def mask_window(mask: np.ndarray, margin: int) -> tuple[slice, slice]:
-    """The mask's bounding box grown by ``margin`` and cut at the image border."""
+    """The mask's bounding box grown by ``margin`` and cut at the image border.
+
+    Args:
+        mask: H x W bool, not empty.
+        margin: pixels added on every side.
+
+    Returns:
+        (rows, cols) slices of the window.
+    """
     rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
     height, width = mask.shape
     return (slice(max(rows[0] - margin, 0), min(rows[-1] + 1 + margin, height)),
@@ -48,18 +64,43 @@ def mask_window(mask: np.ndarray, margin: int) -> tuple[slice, slice]:
 
 
 def ring_mask(mask: np.ndarray, width_px: int) -> np.ndarray:
-    """Background pixels within ``width_px`` of ``mask`` (a square neighbourhood: separable, so fast)."""
+    """Background pixels within ``width_px`` of ``mask`` (a square neighbourhood: separable, so fast).
+
+    Args:
+        mask: H x W bool, the object.
+        width_px: the ring width.
+
+    Returns:
+        H x W bool, the ring.
+    """
     kernel = cv2.getStructuringElement(cv2.MORPH_RECT, (2 * width_px + 1, 2 * width_px + 1))
     return cv2.dilate(mask.astype(np.uint8), kernel).astype(bool) & ~mask
 
 
 def ring_pixels(canvas_bgr: np.ndarray, mask: np.ndarray, width_px: int) -> np.ndarray:
-    """The colours of ``ring_mask(mask, width_px)`` in ``canvas_bgr`` (the same size), as N x 3."""
+    """The colours of ``ring_mask(mask, width_px)`` in ``canvas_bgr`` (the same size), as N x 3.
+
+    Args:
+        canvas_bgr: H x W x 3 image.
+        mask: H x W bool, the object.
+        width_px: the ring width.
+
+    Returns:
+        N x 3, one row per ring pixel.
+    """
     return canvas_bgr[ring_mask(mask, width_px)]
 
 
 def subsample(pixels: np.ndarray, count: int = _RING_SAMPLES) -> np.ndarray:
-    """Every k-th row of ``pixels`` so that about ``count`` remain (statistics need no more)."""
+    """Every k-th row of ``pixels`` so that about ``count`` remain (statistics need no more).
+
+    Args:
+        pixels: N x C.
+        count: about how many rows to keep.
+
+    Returns:
+        A strided view of ``pixels``.
+    """
     return pixels[::max(1, len(pixels) // count)]
 
 
@@ -88,7 +129,15 @@ def luminance(bgr: np.ndarray) -> np.ndarray:
 
 
 def white_point(values: np.ndarray, percentile: float) -> np.ndarray:
-    """The ``percentile`` of ``values`` along axis 0 (per channel for N x 3): a region's "white patch"."""
+    """The ``percentile`` of ``values`` along axis 0 (per channel for N x 3): a region's "white patch".
+
+    Args:
+        values: N or N x C values.
+        percentile: 0-100.
+
+    Returns:
+        The white point (per channel), plus a small epsilon so it can divide.
+    """
     return np.percentile(values, percentile, axis=0) + _EPS
 
 
@@ -196,7 +245,8 @@ def white_point_correction(obj: np.ndarray, ring: np.ndarray, percentile: float,
         obj: N x 3 BGR in [0, 1], the object's pixels.
         ring: M x 3 BGR in [0, 1], the ring's.
         percentile: the white point's percentile.
-        exposure_range, scene_spread: the exposure posterior's prior and scene scale (log units).
+        exposure_range: the exposure posterior's prior range (log units).
+        scene_spread: the exposure posterior's scene scale (log units).
         cast_strength: share of the cast moved, 0-1.
         contrast_share: share of the log contrast ratio moved, 0-1.
         cast_prior: (prior range, scene spread) in log units: the cast moves by the posterior of its
@@ -264,7 +314,16 @@ def ring_statistics_transfer(obj_lab: np.ndarray, ring_lab: np.ndarray, lightnes
 def smooth_fill(values: np.ndarray, known: np.ndarray, cells: int) -> np.ndarray:
     """A smooth field through the ``known`` pixels of ``values`` (H x W x C float): their Gaussian-
     weighted mean over 1/``cells`` of the window's longer side (normalized convolution), leaning on
-    their global mean where almost none is near."""
+    their global mean where almost none is near.
+
+    Args:
+        values: H x W x C float.
+        known: H x W bool, the pixels whose values count.
+        cells: the blur is the longer side divided by ``cells``.
+
+    Returns:
+        H x W x C float, defined everywhere.
+    """
     global_mean = values[known].mean(axis=0)
     # Work on a coarse copy, 8 px per cell: a blur this wide is smooth at that resolution anyway.
     height, width = known.shape
@@ -282,7 +341,16 @@ def smooth_fill(values: np.ndarray, known: np.ndarray, cells: int) -> np.ndarray
 
 
 def fill_from_nearest(image: np.ndarray, region: np.ndarray, source: np.ndarray) -> np.ndarray:
-    """``image`` with each ``region`` pixel replaced by the nearest ``source`` pixel's colour."""
+    """``image`` with each ``region`` pixel replaced by the nearest ``source`` pixel's colour.
+
+    Args:
+        image: H x W x 3.
+        region: H x W bool, the pixels to replace.
+        source: H x W bool, the pixels whose colours are used.
+
+    Returns:
+        A new image.
+    """
     _, labels = cv2.distanceTransformWithLabels((~source).astype(np.uint8), cv2.DIST_L2, 5,
                                                 labelType=cv2.DIST_LABEL_PIXEL)
     colour_of_label = np.zeros((labels.max() + 1, 3), dtype=image.dtype)
@@ -293,6 +361,14 @@ def fill_from_nearest(image: np.ndarray, region: np.ndarray, source: np.ndarray)
 
 
 def dilate(mask: np.ndarray, radius: int) -> np.ndarray:
-    """``mask`` grown by a disc of ``radius`` pixels."""
+    """``mask`` grown by a disc of ``radius`` pixels.
+
+    Args:
+        mask: H x W bool.
+        radius: the disc's radius.
+
+    Returns:
+        H x W bool.
+    """
     kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1, 2 * radius + 1))
     return cv2.dilate(mask.astype(np.uint8), kernel).astype(bool)

@@ -11,6 +11,8 @@ from synrail.rail.geometry import CameraGeometry
 
 @dataclass(frozen=True)
 class GroundPoint:
+    """Where an obstacle touches the ground: its pixel and its distance from the camera (m)."""
+
     u: int  # column of the ground-contact pixel
     v: int  # row of the ground-contact pixel
     distance_m: float
@@ -30,8 +32,16 @@ def sample_ground_point(geometry: CameraGeometry, rows: dict[int, np.ndarray], d
     """A pixel inside the track area at a distance drawn uniformly from ``distance_range``.
 
     Drawing the distance, not the pixel, keeps far obstacles as common as near ones (the paper's
-    Table 5 suffers from too few distant obstacles). Returns None when that distance has no track
-    row in view (beyond the image or the mask).
+    Table 5 suffers from too few distant obstacles).
+
+    Args:
+        geometry: the background's camera and track.
+        rows: the track area's columns per image row (``track_rows``).
+        distance_range: (near, far) in metres.
+        rng: the image's placement stream.
+
+    Returns:
+        The ground point, or None when the drawn distance has no track row in view (beyond the image or the mask).
     """
     distance = rng.uniform(*distance_range)
     z = float(geometry.ground_distance_to_z(distance))
@@ -47,10 +57,28 @@ def sample_ground_point(geometry: CameraGeometry, rows: dict[int, np.ndarray], d
 
 
 def metric_pixel_height(geometry: CameraGeometry, point: GroundPoint, height_m: float) -> float:
-    """Pixel height from the camera model: the object's foot and head projected exactly."""
+    """Pixel height from the camera model: the object's foot and head projected exactly.
+
+    Args:
+        geometry: the background's camera.
+        point: where the object stands.
+        height_m: the object's physical height.
+
+    Returns:
+        The object's height in pixels.
+    """
     return geometry.object_pixel_height(point.u, point.v, height_m)
 
 
 def linear_pixel_width(track_width_px: int, alpha: float, beta: float) -> float:
-    """The paper's eq. 1, W = alpha * w + beta, with w the track area's width in that row."""
+    """The paper's eq. 1, W = alpha * w + beta, with w the track area's width in that row.
+
+    Args:
+        track_width_px: the track area's width in the row of the ground point.
+        alpha: the slope.
+        beta: the offset, in pixels.
+
+    Returns:
+        The object's width in pixels.
+    """
     return alpha * track_width_px + beta

@@ -49,6 +49,8 @@ class QualityConfig(BaseModel):
 
 @dataclass(frozen=True)
 class QualityScore:
+    """A composite's plausibility: the weighted geometric mean ``total`` of four scores, each in [0, 1]."""
+
     total: float
     boundary: float
     colour: float
@@ -101,7 +103,16 @@ def _gradient(image_bgr: np.ndarray) -> np.ndarray:
 
 
 def boundary_score(image_bgr: np.ndarray, background_bgr: np.ndarray, site: _Site) -> float:
-    """1 when the outline is no sharper than the background's strong edges around it."""
+    """1 when the outline is no sharper than the background's strong edges around it.
+
+    Args:
+        image_bgr: the composite.
+        background_bgr: the background it was pasted on.
+        site: the object's window, mask and ring width.
+
+    Returns:
+        A score in (0, 1].
+    """
     seam = _grow(site.mask, 1) & ~_shrink(site.mask, 1)
     if not seam.any():
         return 1.0
@@ -117,7 +128,17 @@ def _mean_lab(pixels_bgr: np.ndarray) -> np.ndarray:
 
 
 def colour_score(image_bgr: np.ndarray, background_bgr: np.ndarray, site: _Site, colour_scale: float) -> float:
-    """exp(-deltaE / colour_scale) between the object's interior and the background ring around it."""
+    """exp(-deltaE / colour_scale) between the object's interior and the background ring around it.
+
+    Args:
+        image_bgr: the composite.
+        background_bgr: the background it was pasted on.
+        site: the object's window, mask and ring width.
+        colour_scale: the CIELAB distance at which the score falls to 1/e.
+
+    Returns:
+        A score in (0, 1].
+    """
     inner = _shrink(site.mask, 1)
     if not inner.any():
         inner = site.mask
@@ -130,7 +151,16 @@ def colour_score(image_bgr: np.ndarray, background_bgr: np.ndarray, site: _Site,
 
 
 def scale_score(pixel_height: float, expected_height: float, tolerance: float) -> float:
-    """exp(-(error / tolerance)^2), error = |ln(pixel / expected)| beyond one pixel of rounding."""
+    """exp(-(error / tolerance)^2), error = |ln(pixel / expected)| beyond one pixel of rounding.
+
+    Args:
+        pixel_height: the pasted height in pixels.
+        expected_height: the camera model's height in pixels.
+        tolerance: the log error at which the score falls to 1/e.
+
+    Returns:
+        A score in [0, 1]; 0 when ``expected_height`` is not positive.
+    """
     if expected_height <= 0:
         return 0.0
     rounding = math.log1p(1.0 / expected_height)
@@ -151,9 +181,20 @@ def composite_quality(image_bgr: np.ndarray, instance_masks: Sequence[_Window], 
                       expected_heights: Sequence[float], cfg: QualityConfig = QualityConfig()) -> QualityScore:
     """Score one composite against the background it was pasted on.
 
-    ``instance_masks`` are the obstacles' visible masks (``Instance.visible_mask``), with their
-    ``Instance.visibility``, the pasted pixel heights (``Placement.mask.shape[0]``) and the camera
-    model's heights for them (``CameraGeometry.object_pixel_height`` at the ground point).
+    Args:
+        image_bgr: the composite.
+        instance_masks: the obstacles' visible masks (``Instance.visible_mask``).
+        background_bgr: the background it was pasted on.
+        visibilities: each obstacle's ``Instance.visibility``.
+        pixel_heights: the pasted pixel heights (``Placement.mask.shape[0]``).
+        expected_heights: the camera model's heights for them (``CameraGeometry.object_pixel_height``).
+        cfg: the weights and scales.
+
+    Returns:
+        The four scores and their total; all 1 without obstacles.
+
+    Raises:
+        ValueError: the sequences do not have one value per obstacle.
     """
     counts = {len(instance_masks), len(visibilities), len(pixel_heights), len(expected_heights)}
     if len(counts) != 1:

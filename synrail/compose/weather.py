@@ -64,6 +64,7 @@ class AirlightVeil(A.ImageOnlyTransform):
         self.airlight = float(airlight)
 
     def apply(self, img: np.ndarray, **params: object) -> np.ndarray:
+        """The image under the veil (albumentations calls this; ``params`` are unused)."""
         veil = self.veil[:, :, None]
         out = img.astype(np.float32) * (1 - veil) + np.float32(self.airlight) * veil
         return np.clip(out + 0.5, 0, 255).astype(np.uint8)
@@ -82,6 +83,7 @@ class HeadlightCone(A.ImageOnlyTransform):
         self.centre, self.sigma, self.gain = centre, sigma, float(gain)
 
     def apply(self, img: np.ndarray, **params: object) -> np.ndarray:
+        """The image with the cone's gamma lift (albumentations calls this; ``params`` are unused)."""
         cone = headlight_cone(img.shape[:2], self.centre, self.sigma)
         exponent = 1 / (1 + np.float32(self.gain) * cone[:, :, None])
         out = np.power(img.astype(np.float32) / 255, exponent) * 255
