@@ -19,6 +19,7 @@ CARD_PACKAGES = ("synrail", "numpy", "opencv-python-headless", "pycocotools", "p
 
 
 def package_versions(names: Sequence[str] = CARD_PACKAGES) -> dict[str, str]:
+    """The installed version of each package in ``names`` ("not installed" when missing), for the card."""
     versions = {}
     for name in names:
         try:
@@ -29,6 +30,7 @@ def package_versions(names: Sequence[str] = CARD_PACKAGES) -> dict[str, str]:
 
 
 def distance_bucket(distance_m: float) -> str:
+    """The card's distance bin of ``distance_m``, as "low-high m" or ">= last m"."""
     for low, high in itertools.pairwise(DISTANCE_BINS_M):
         if low <= distance_m < high:
             return f"{low}-{high} m"
@@ -130,7 +132,20 @@ def _cameras_table(backgrounds: Sequence[dict[str, Any]], report: Any) -> str:
 def dataset_card(config: dict[str, Any], images: Sequence[ImageRow], annotations: Sequence[ManifestAnnotationRow],
                  backgrounds: Sequence[dict[str, Any]], classes: Sequence[str], splits: Sequence[str],
                  report: Any = None) -> str:
-    """Markdown card; deterministic (no times, no paths) so that equal builds have equal cards."""
+    """Markdown card; deterministic (no times, no paths) so that equal builds have equal cards.
+
+    Args:
+        config: the build config as JSON-able dict (``content_dict``).
+        images: every image row of the dataset.
+        annotations: every annotation row of the manifest.
+        backgrounds: the background records as dicts.
+        classes: the class names, in category order.
+        splits: the splits shown, in order.
+        report: the build's ``InputReport``; None leaves out the counts of what was left out.
+
+    Returns:
+        The card's Markdown text.
+    """
     per_class = Counter((a.class_name, a.split) for a in annotations)
     per_condition = Counter((i.condition, i.split) for i in images)
     per_split_images = Counter(i.split for i in images)

@@ -16,6 +16,7 @@ def encode_rle(mask: np.ndarray) -> dict[str, Any]:
 
 
 def decode_rle(rle: dict[str, Any]) -> np.ndarray:
+    """A COCO RLE (counts as str or bytes) decoded to an H x W bool mask."""
     counts = rle["counts"]
     raw = {"size": list(rle["size"]), "counts": counts.encode("ascii") if isinstance(counts, str) else counts}
     return mask_utils.decode(raw).astype(bool)
@@ -30,7 +31,17 @@ def rle_box_and_area(rle: dict[str, Any]) -> tuple[list[int], int]:
 
 def coco_document(images: Sequence[dict[str, Any]], annotations: Sequence[dict[str, Any]],
                   classes: Sequence[str], description: str) -> dict[str, Any]:
-    """A COCO instances document; category ids are 1-based in ``classes`` order."""
+    """A COCO instances document; category ids are 1-based in ``classes`` order.
+
+    Args:
+        images: the COCO image entries.
+        annotations: the COCO annotation entries.
+        classes: the class names, in category order.
+        description: the document's ``info.description``.
+
+    Returns:
+        The document, ready for ``json.dumps``.
+    """
     return {
         "info": {"description": description, "version": "1.0"},
         "licenses": [],

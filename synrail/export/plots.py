@@ -36,7 +36,17 @@ def _bar_chart(counts: dict[str, int], title: str) -> bytes:
 
 def sample_grid(out: Store, images: Sequence[ImageRow], annotations: Sequence[ManifestAnnotationRow],
                 classes: Sequence[str]) -> bytes:
-    """The first images with obstacles, their boxes and class names drawn, as one PNG."""
+    """The first images with obstacles, their boxes and class names drawn, as one PNG.
+
+    Args:
+        out: the dataset, which holds the images.
+        images: the image rows, in order.
+        annotations: the annotation rows, whose boxes are drawn.
+        classes: the class names.
+
+    Returns:
+        The PNG's bytes: two tiles per row (one black tile when no image has an obstacle).
+    """
     chosen = [i for i in images if i.num_annotations > 0][:GRID_IMAGES]
     tiles = []
     for image in chosen:
@@ -59,7 +69,17 @@ def sample_grid(out: Store, images: Sequence[ImageRow], annotations: Sequence[Ma
 
 def write_card_figures(out: Store, images: Sequence[ImageRow], annotations: Sequence[ManifestAnnotationRow],
                        classes: Sequence[str]) -> list[str]:
-    """Write the figures under ``card/`` and return their paths (for the card's links)."""
+    """Write the figures under ``card/``: class, distance and condition histograms and a sample grid.
+
+    Args:
+        out: the dataset.
+        images: the image rows.
+        annotations: the annotation rows.
+        classes: the class names, in the order they are plotted.
+
+    Returns:
+        The figures' paths in ``out`` (for the card's links).
+    """
     per_class = Counter(a.class_name for a in annotations)
     distances = Counter(distance_bucket(a.distance_m) for a in annotations)
     conditions = Counter(i.condition for i in images)
