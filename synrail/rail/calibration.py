@@ -45,6 +45,8 @@ class FrameCamera:
 
 @dataclass(frozen=True)
 class RobustValue:
+    """A median over frames, the robust spread of its inliers and how many there were."""
+
     value: float
     spread: float   # robust standard deviation (1.4826 MAD) of the inliers
     inliers: int
@@ -62,12 +64,25 @@ class SequenceCalibration:
 
     @property
     def frames(self) -> int:
+        """How many frames agreed on the horizon row (the calibration's support)."""
         return self.horizon_v.inliers
 
 
 def frame_camera(detection: TrackDetection, width: int, height: int, *, focal_px: float,
                  principal: tuple[float, float], gauge_m: float) -> FrameCamera:
-    """The camera this frame's rails alone imply."""
+    """The camera this frame's rails alone imply.
+
+    Args:
+        detection: the frame's track.
+        width: the frame width.
+        height: the frame height.
+        focal_px: the focal length in pixels.
+        principal: the principal point (cx, cy) in pixels.
+        gauge_m: the track gauge, the ruler for height and offset.
+
+    Returns:
+        The frame's horizon row, camera height, lateral offset and detection confidence.
+    """
     geometry = estimate_geometry(detection, width, height, focal_px=focal_px, principal=principal, gauge_m=gauge_m)
     return FrameCamera(horizon_v=detection.horizon_v, height_m=geometry.height_m,
                        offset_m=geometry.track_offset_m, confidence=detection.confidence)
@@ -75,7 +90,15 @@ def frame_camera(detection: TrackDetection, width: int, height: int, *, focal_px
 
 def robust_value(values: Sequence[float], floor: float) -> RobustValue:
     """Median and robust spread of the values within 3 robust standard deviations of the median
-    (at least ``floor``: frames of one camera can agree more closely than they can be measured)."""
+    (at least ``floor``: frames of one camera can agree more closely than they can be measured).
+
+    Args:
+        values: one value per frame.
+        floor: the smallest inlier tolerance, in the values' unit.
+
+    Returns:
+        The inliers' median, robust spread and count.
+    """
     data = np.asarray(values, dtype=np.float64)
     median = float(np.median(data))
     sigma = 1.4826 * float(np.median(np.abs(data - median)))
@@ -106,7 +129,15 @@ def calibrate_sequence(cameras: Sequence[FrameCamera | None], frame_height: int,
 
 
 def contradiction(camera: FrameCamera, calibration: SequenceCalibration) -> str | None:
-    """Why this frame's rails cannot be seen by the sequence camera, or None when they can."""
+    """Why this frame's rails cannot be seen by the sequence camera, or None when they can.
+
+    Args:
+        camera: the camera the frame alone implies.
+        calibration: the sequence's camera.
+
+    Returns:
+        A reason naming the quantity out of tolerance, or None.
+    """
     checks = (
         ("horizon row", camera.horizon_v, calibration.horizon_v,
          _HORIZON_TOLERANCE_PER_ROW * calibration.frame_height, "{:.0f}"),
@@ -126,7 +157,21 @@ def geometry_with_priors(detection: TrackDetection, width: int, height: int, cal
                          focal_px: float, principal: tuple[float, float], gauge_m: float,
                          rail_head_m: float = RAIL_HEAD_WIDTH_M):
     """The frame's geometry seen by the sequence camera: shared horizon and height, the frame's own
-    track offset and curvature."""
+    track offset and curvature.
+
+    Args:
+        detection: the frame's track.
+        width: the frame width.
+        height: the frame height.
+        calibration: the sequence's camera.
+        focal_px: the focal length in pixels.
+        principal: the principal point (cx, cy) in pixels.
+        gauge_m: the track gauge.
+        rail_head_m: the rail head width.
+
+    Returns:
+        The frame's ``CameraGeometry``.
+    """
     return estimate_geometry(detection, width, height, focal_px=focal_px, principal=principal, gauge_m=gauge_m,
                              rail_head_m=rail_head_m, horizon_v=calibration.horizon_v.value,
                              camera_height_m=calibration.height_m.value)

@@ -83,6 +83,7 @@ class CameraSettings(BaseModel):
 
     @property
     def gauge_m(self) -> float:
+        """The gauge in metres."""
         return self.gauge_mm / 1000.0
 
     @property
@@ -139,6 +140,13 @@ def camera_overrides(cells: Mapping[str, str]) -> dict[str, Any]:
 def settings_for(defaults: CameraSettings, cells: Mapping[str, str]) -> CameraSettings:
     """The defaults with a sidecar row's camera columns laid over them.
 
+    Args:
+        defaults: the config's camera settings.
+        cells: one sidecar row, column name -> text.
+
+    Returns:
+        The validated settings.
+
     Raises:
         ValueError: naming the column that is unreadable or out of range.
     """
@@ -167,15 +175,42 @@ def check_camera_cells(cells: Mapping[str, str]) -> None:
 
 # -- lens --------------------------------------------------------------------------------------------
 def focal_from_hfov(width: int, hfov_deg: float) -> float:
+    """The pinhole focal length, in pixels, for a horizontal field of view.
+
+    Args:
+        width: the image width in pixels.
+        hfov_deg: the horizontal field of view.
+
+    Returns:
+        The focal length in pixels.
+    """
     return (width / 2) / math.tan(math.radians(hfov_deg) / 2)
 
 
 def hfov_from_focal(width: int, focal_px: float) -> float:
+    """The horizontal field of view of a pinhole focal length (the inverse of ``focal_from_hfov``).
+
+    Args:
+        width: the image width in pixels.
+        focal_px: the focal length in pixels.
+
+    Returns:
+        The horizontal field of view in degrees.
+    """
     return math.degrees(2 * math.atan(width / 2 / focal_px))
 
 
 def camera_matrix(width: int, height: int, hfov_deg: float) -> np.ndarray:
-    """3x3 pinhole matrix: square pixels, principal point at the centre (OpenCV's pixel centres)."""
+    """3x3 pinhole matrix: square pixels, principal point at the centre (OpenCV's pixel centres).
+
+    Args:
+        width: the image width.
+        height: the image height.
+        hfov_deg: the horizontal field of view.
+
+    Returns:
+        The float64 camera matrix.
+    """
     f = focal_from_hfov(width, hfov_deg)
     return np.array([[f, 0, (width - 1) / 2], [0, f, (height - 1) / 2], [0, 0, 1]], dtype=np.float64)
 
@@ -188,7 +223,16 @@ def _undistort_maps(width: int, height: int, hfov_deg: float, distortion: tuple[
 
 
 def undistort(image: np.ndarray, hfov_deg: float, distortion: tuple[float, ...]) -> np.ndarray:
-    """The frame as an ideal pinhole with the same camera matrix would see it (maps cached per lens)."""
+    """The frame as an ideal pinhole with the same camera matrix would see it (maps cached per lens).
+
+    Args:
+        image: the frame.
+        hfov_deg: the lens's horizontal field of view.
+        distortion: OpenCV coefficients (k1, k2, p1, p2, k3 or a prefix); empty: returned unchanged.
+
+    Returns:
+        The undistorted frame, the same size.
+    """
     if not distortion:
         return image
     height, width = image.shape[:2]
@@ -198,7 +242,16 @@ def undistort(image: np.ndarray, hfov_deg: float, distortion: tuple[float, ...])
 
 def distort(image: np.ndarray, hfov_deg: float, distortion: tuple[float, ...]) -> np.ndarray:
     """The inverse of ``undistort``: what a lens with these coefficients makes of a pinhole image
-    (for synthetic test footage and checks)."""
+    (for synthetic test footage and checks).
+
+    Args:
+        image: the pinhole image.
+        hfov_deg: the lens's horizontal field of view.
+        distortion: OpenCV coefficients; empty: returned unchanged.
+
+    Returns:
+        The distorted image, the same size.
+    """
     if not distortion:
         return image
     height, width = image.shape[:2]
@@ -224,11 +277,22 @@ class FrameView:
 
     @property
     def hfov_deg(self) -> float:
+        """The horizontal field of view this focal length gives at this width."""
         return hfov_from_focal(self.width, self.focal_px)
 
 
 def fit_box(width: int, height: int, out_width: int, out_height: int) -> tuple[int, int, int, int]:
-    """(x0, y0, w, h) of the centre crop with the output's aspect ratio."""
+    """(x0, y0, w, h) of the centre crop with the output's aspect ratio.
+
+    Args:
+        width: the source width.
+        height: the source height.
+        out_width: the output width.
+        out_height: the output height.
+
+    Returns:
+        The crop box in source pixels.
+    """
     if width * out_height > height * out_width:  # too wide
         new_w = round(height * out_width / out_height)
         return (width - new_w) // 2, 0, new_w, height
@@ -240,6 +304,8 @@ def fit_box(width: int, height: int, out_width: int, out_height: int) -> tuple[i
 
 @dataclass(frozen=True)
 class PreparedFrame:
+    """A source frame made ready: the background, what the detector sees, and the principal point after the crop."""
+
     image: np.ndarray          # the background: undistorted, hood cropped, fit to the output size
     detect_image: np.ndarray   # the same with the ignore regions inpainted (what the detector sees)
     scale: float               # output pixels per source pixel
@@ -257,6 +323,15 @@ def prepare_frame(image: np.ndarray, settings: CameraSettings, out_width: int, o
 
     The source's principal point (its centre) is followed through the crop and resize, so a frame
     whose bottom was cut keeps its true horizon geometry.
+
+    Args:
+        image: the source frame.
+        settings: the video's camera: lens, hood share, ignore regions.
+        out_width: the dataset's image width.
+        out_height: the dataset's image height.
+
+    Returns:
+        The prepared frame.
     """
     height, width = image.shape[:2]
     image = undistort(image, settings.hfov_for_lens, settings.distortion)

@@ -42,27 +42,66 @@ class CameraGeometry(BaseModel):
     @classmethod
     def from_fov(cls, width: int, height: int, hfov_deg: float, height_m: float, pitch_deg: float,
                  **track: float) -> CameraGeometry:
+        """A camera with a centred principal point, from its horizontal field of view.
+
+        Args:
+            width: the image width.
+            height: the image height.
+            hfov_deg: the horizontal field of view.
+            height_m: the camera's height above the rails.
+            pitch_deg: the downward pitch.
+            **track: the track fields (``track_offset_m``, ``track_curvature``, ``gauge_m``, ...).
+
+        Returns:
+            The geometry.
+        """
         focal = (width / 2) / math.tan(math.radians(hfov_deg) / 2)
         return cls(width=width, height=height, focal_px=focal, cx=(width - 1) / 2, cy=(height - 1) / 2,
                    height_m=height_m, pitch_rad=math.radians(pitch_deg), **track)
 
     # -- projection -------------------------------------------------------------------------
     def to_camera(self, x: np.ndarray, y: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, ...]:
-        """World points -> camera coordinates (x right, y down, z along the optical axis)."""
+        """World points -> camera coordinates (x right, y down, z along the optical axis).
+
+        Args:
+            x: world X (right), metres.
+            y: world Y (up from the ground), metres.
+            z: world Z (ahead), metres.
+
+        Returns:
+            (x, y, z) in camera coordinates.
+        """
         s, c = math.sin(self.pitch_rad), math.cos(self.pitch_rad)
         dy = np.asarray(y, dtype=np.float64) - self.height_m
         z = np.asarray(z, dtype=np.float64)
         return np.asarray(x, dtype=np.float64), -dy * c - z * s, -dy * s + z * c
 
     def project(self, x: np.ndarray, y: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """World points -> pixel coordinates (u, v). Points behind the camera give NaN."""
+        """World points -> pixel coordinates (u, v). Points behind the camera give NaN.
+
+        Args:
+            x: world X, metres.
+            y: world Y, metres.
+            z: world Z, metres.
+
+        Returns:
+            (u, v) in pixels.
+        """
         xc, yc, zc = self.to_camera(x, y, z)
         with np.errstate(divide="ignore", invalid="ignore"):
             zc = np.where(zc > 1e-9, zc, np.nan)
             return self.cx + self.focal_px * xc / zc, self.cy + self.focal_px * yc / zc
 
     def ground_point(self, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Pixels -> (X, Z) on the ground plane; NaN at or above the horizon."""
+        """Pixels -> (X, Z) on the ground plane; NaN at or above the horizon.
+
+        Args:
+            u: pixel columns.
+            v: pixel rows.
+
+        Returns:
+            (X, Z) in metres.
+        """
         s, c = math.sin(self.pitch_rad), math.cos(self.pitch_rad)
         ru = (np.asarray(u, dtype=np.float64) - self.cx) / self.focal_px
         rv = (np.asarray(v, dtype=np.float64) - self.cy) / self.focal_px
@@ -72,7 +111,15 @@ class CameraGeometry(BaseModel):
         return t * ru, t * (c - rv * s)
 
     def distance_m(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """Camera centre -> ground point seen at pixel (u, v), in metres."""
+        """Camera centre -> ground point seen at pixel (u, v), in metres.
+
+        Args:
+            u: pixel columns.
+            v: pixel rows.
+
+        Returns:
+            The distances; NaN at or above the horizon.
+        """
         x, z = self.ground_point(u, v)
         return np.sqrt(x * x + z * z + self.height_m**2)
 
@@ -90,6 +137,14 @@ class CameraGeometry(BaseModel):
 
         Projects the object's foot and head exactly; for small pitch this is the familiar
         ``height_m * focal_px / distance``.
+
+        Args:
+            u: the ground-contact column.
+            v: the ground-contact row.
+            height_m: the object's height.
+
+        Returns:
+            The height in pixels.
         """
         x, z = self.ground_point(np.array([u]), np.array([v]))
         _, v_top = self.project(x, np.array([height_m]), z)
@@ -97,11 +152,13 @@ class CameraGeometry(BaseModel):
 
     # -- the ego track ----------------------------------------------------------------------
     def track_centre_x(self, z: np.ndarray) -> np.ndarray:
+        """The track centre's lateral position X (m) at distances ``z``: offset plus the parabolic curve."""
         z = np.asarray(z, dtype=np.float64)
         return self.track_offset_m + 0.5 * self.track_curvature * z * z
 
     @property
     def track_half_width_m(self) -> float:
+        """Half the track area's width: half the gauge plus one rail head."""
         return self.gauge_m / 2 + self.rail_head_m
 
     def track_mask(self) -> np.ndarray:
