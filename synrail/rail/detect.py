@@ -71,6 +71,7 @@ class RailFit:
     c: float
 
     def x(self, v: np.ndarray | float) -> np.ndarray:
+        """The rail's image column at rows ``v`` (NaN or inf at the horizon row)."""
         t = np.asarray(v, dtype=np.float64) - self.horizon_v
         with np.errstate(divide="ignore", invalid="ignore"):
             return self.a + self.b * t + self.c / t
@@ -78,6 +79,8 @@ class RailFit:
 
 @dataclass(frozen=True)
 class TrackDetection:
+    """The ego track found on a frame: its mask, the two rail fits, the vanishing point and a confidence."""
+
     mask: np.ndarray                       # H x W bool: between the rails' outer head edges
     left_fit: RailFit
     right_fit: RailFit
@@ -88,6 +91,7 @@ class TrackDetection:
 
     @property
     def horizon_v(self) -> float:
+        """The horizon row both rail fits share."""
         return self.left_fit.horizon_v
 
     def gap_px(self, v: np.ndarray | float) -> np.ndarray:
@@ -95,6 +99,7 @@ class TrackDetection:
         return self.right_fit.x(v) - self.left_fit.x(v)
 
     def centre_x(self, v: np.ndarray | float) -> np.ndarray:
+        """The track centre's column at rows ``v``: midway between the rail-head centre lines."""
         return 0.5 * (self.left_fit.x(v) + self.right_fit.x(v))
 
 

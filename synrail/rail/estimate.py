@@ -31,7 +31,8 @@ def estimate_geometry(detection: TrackDetection, width: int, height: int, *, hfo
 
     Args:
         detection: the rails found on the frame.
-        width, height: the frame's size.
+        width: the frame's width.
+        height: the frame's height.
         hfov_deg: the field of view, when ``focal_px`` is not given.
         gauge_m: the sequence's track gauge: the ruler of the camera height and every distance.
         rail_head_m: rail-head width (the fits follow head centres, so the ruler is gauge + head).

@@ -59,6 +59,7 @@ class SequenceCameraSolution:
 
     @property
     def hfov_deg(self) -> float:
+        """The solved horizontal field of view of the source frames."""
         return hfov_from_focal(self.source_width, self.focal_source_px)
 
 
@@ -77,7 +78,8 @@ def solve_sequence_camera(evidence: Sequence[FrameEvidence], settings: CameraSet
         evidence: one entry per frame whose track was found.
         settings: the sequence's camera settings (config defaults + sidecar row).
         source_width: width of the source frames (the field of view refers to it).
-        frame_width, frame_height: size of the prepared frames.
+        frame_width: width of the prepared frames.
+        frame_height: height of the prepared frames.
 
     Returns:
         The focal length with its source and uncertainty, the shared pose (None with too few

@@ -59,6 +59,8 @@ class FocalEstimate:
 
 @dataclass(frozen=True)
 class SleeperProfile:
+    """Brightness between the rails per row against ``w`` = (G / g) / t, where sleepers repeat with a period."""
+
     w: np.ndarray       # (G / g) / t of each row
     value: np.ndarray   # detrended, normalised brightness between the rails
 
