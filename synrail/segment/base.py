@@ -34,6 +34,8 @@ class Prompt:
 
 @dataclass(frozen=True)
 class MaskResult:
+    """One extracted mask and the extractor's own quality estimate of it."""
+
     mask: np.ndarray  # H x W bool
     score: float  # the extractor's own quality estimate in [0, 1] (SAM: predicted IoU)
 
@@ -47,11 +49,28 @@ class Segmenter(Protocol):
         ...
 
     def segment(self, image_bgr: np.ndarray, prompts: Sequence[Prompt]) -> list[MaskResult]:
+        """Masks for all of an image's prompts, in one call.
+
+        Args:
+            image_bgr: the image, BGR.
+            prompts: the prompts on it (boxes and/or points).
+
+        Returns:
+            One mask with its score per prompt, in order.
+        """
         ...
 
 
 def postprocess_mask(mask: np.ndarray, min_area_px: int = 64) -> np.ndarray | None:
-    """Largest connected component with its holes filled; None when it is smaller than ``min_area_px``."""
+    """Largest connected component with its holes filled.
+
+    Args:
+        mask: H x W bool.
+        min_area_px: the smallest component kept.
+
+    Returns:
+        H x W bool, or None when the largest component is smaller than ``min_area_px``.
+    """
     count, labels, stats, _ = cv2.connectedComponentsWithStats(mask.astype(np.uint8), connectivity=8)
     if count <= 1:
         return None

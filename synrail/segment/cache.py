@@ -35,6 +35,8 @@ RowKey = tuple[str, str]  # image sha256, prompt key
 
 @dataclass(frozen=True)
 class CachedMask:
+    """One cached mask as a row: COCO RLE counts, its size and the segmenter's score."""
+
     rle_counts: str
     height: int
     width: int
@@ -42,14 +44,18 @@ class CachedMask:
 
     @classmethod
     def from_result(cls, result: MaskResult) -> CachedMask:
+        """The row of a segmenter's result."""
         height, width = result.mask.shape
         return cls(encode_rle(result.mask)["counts"], height, width, float(result.score))
 
     def result(self) -> MaskResult:
+        """The mask decoded back, with its score."""
         return MaskResult(decode_rle({"size": [self.height, self.width], "counts": self.rle_counts}), self.score)
 
 
 class MaskCache:
+    """Masks in ``store`` under ``prefix``: one folder per segmenter identity, Parquet shards in it."""
+
     def __init__(self, store: Store, prefix: str = "masks") -> None:
         self.store = store
         self.prefix = prefix.strip("/")
@@ -58,11 +64,25 @@ class MaskCache:
         self._lock = threading.Lock()
 
     def folder(self, identity: str) -> str:
+        """The folder of one segmenter identity (a hash of it: identities hold slashes)."""
         return f"{self.prefix}/{sha256_bytes(identity.encode('utf-8'))[:16]}"
 
     def segment_cached(self, segmenter: Segmenter, image_bgr: np.ndarray, image_sha256: str,
                        prompts: Sequence[Prompt]) -> list[MaskResult]:
-        """Masks for ``prompts`` in order; the segmenter runs once, on the prompts never seen before."""
+        """Masks for ``prompts`` in order; the segmenter runs once, on the prompts never seen before.
+
+        Args:
+            segmenter: the segmenter, whose identity keys the cache.
+            image_bgr: the image, BGR.
+            image_sha256: the image's content hash, part of the key.
+            prompts: the prompts on it.
+
+        Returns:
+            One mask with its score per prompt.
+
+        Raises:
+            RuntimeError: the segmenter returned a different number of masks than prompts.
+        """
         identity = segmenter.identity
         keys = [prompt.key() for prompt in prompts]
         found = self._lookup(identity, image_sha256, keys)
@@ -150,12 +170,31 @@ class MaskCache:
 
 
 def shard_names(store: Store, folder: str) -> list[str]:
-    """Finished shards only: atomic writes leave hidden temporary files while in progress."""
+    """Finished shards only: atomic writes leave hidden temporary files while in progress.
+
+    Args:
+        store: the cache's store.
+        folder: one identity's folder.
+
+    Returns:
+        The shards' file names.
+    """
     return [name for name in store.list(folder) if name.endswith(".parquet") and not name.startswith(".")]
 
 
 def read_shard(store: Store, rel: str) -> pa.Table | None:
-    """The shard's rows, or None when a concurrent compaction removed it after it was listed."""
+    """The shard's rows, or None when a concurrent compaction removed it after it was listed.
+
+    Args:
+        store: the cache's store.
+        rel: the shard's path.
+
+    Returns:
+        The shard's table, or None.
+
+    Raises:
+        StoreError: the shard exists but cannot be read.
+    """
     try:
         return pq.read_table(pa.BufferReader(store.read_bytes(rel)), schema=SCHEMA)
     except StoreError:
@@ -165,6 +204,15 @@ def read_shard(store: Store, rel: str) -> pa.Table | None:
 
 
 def rows_table(identity: str, rows: dict[RowKey, CachedMask]) -> pa.Table:
+    """The cache rows of one identity as an Arrow table in ``SCHEMA``, sorted by (image, prompt key).
+
+    Args:
+        identity: the segmenter identity.
+        rows: the masks by (image sha256, prompt key).
+
+    Returns:
+        The table.
+    """
     keys = sorted(rows)
     return pa.Table.from_pydict({
         "image_sha256": [image for image, _ in keys],
@@ -178,6 +226,7 @@ def rows_table(identity: str, rows: dict[RowKey, CachedMask]) -> pa.Table:
 
 
 def parquet_bytes(table: pa.Table) -> bytes:
+    """``table`` as one Parquet file's bytes."""
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
     return sink.getvalue().to_pybytes()

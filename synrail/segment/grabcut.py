@@ -38,9 +38,19 @@ class GrabCutSegmenter:
 
     @property
     def identity(self) -> str:
+        """OpenCV's version and the iteration count: what decides GrabCut's masks."""
         return f"grabcut/opencv-{cv2.__version__}/it{self.iterations}"
 
     def segment(self, image_bgr: np.ndarray, prompts: Sequence[Prompt]) -> list[MaskResult]:
+        """One GrabCut run per prompt, in a window around it.
+
+        Args:
+            image_bgr: the image, BGR.
+            prompts: the prompts on it (boxes and/or points).
+
+        Returns:
+            One mask with its score per prompt, in order.
+        """
         bgr = as_bgr8(image_bgr)
         return [self._segment_one(bgr, prompt) for prompt in prompts]
 
@@ -69,7 +79,15 @@ class GrabCutSegmenter:
 
 
 def prompt_pixel_box(prompt: Prompt, shape: tuple[int, int]) -> PixelBox | None:
-    """The prompt's box in whole pixels (clipped), or one around its points; None when it is empty."""
+    """The prompt's box in whole pixels (clipped), or one around its points.
+
+    Args:
+        prompt: a box and/or points.
+        shape: the image's (height, width).
+
+    Returns:
+        (x0, y0, x1, y1), or None when the clipped box is empty.
+    """
     height, width = shape
     if prompt.box is not None:
         x0, y0, x1, y1 = prompt.box
@@ -80,7 +98,15 @@ def prompt_pixel_box(prompt: Prompt, shape: tuple[int, int]) -> PixelBox | None:
 
 
 def box_around_points(prompt: Prompt, shape: tuple[int, int]) -> tuple[float, float, float, float]:
-    """Bounding box of the foreground points (all points when there are none), grown by a margin."""
+    """Bounding box of the foreground points (all points when there are none), grown by a margin.
+
+    Args:
+        prompt: a prompt with points.
+        shape: the image's (height, width); the margin is a share of its larger side.
+
+    Returns:
+        (x0, y0, x1, y1) in float pixels, not clipped.
+    """
     foreground = [p for p, label in zip(prompt.points, prompt.point_labels, strict=True) if label == 1]
     xs, ys = zip(*(foreground or prompt.points), strict=True)
     margin = max(MIN_POINT_BOX_MARGIN_PX, POINT_BOX_MARGIN_FRACTION * max(shape))
@@ -88,7 +114,16 @@ def box_around_points(prompt: Prompt, shape: tuple[int, int]) -> tuple[float, fl
 
 
 def work_region(box: PixelBox, points: Sequence[tuple[float, float]], shape: tuple[int, int]) -> PixelBox:
-    """The box and the points, grown by CONTEXT_FRACTION of the box size, clipped to the image."""
+    """The box and the points, grown by CONTEXT_FRACTION of the box size, clipped to the image.
+
+    Args:
+        box: the prompt's pixel box.
+        points: the prompt's points.
+        shape: the image's (height, width).
+
+    Returns:
+        The region GrabCut runs on, (x0, y0, x1, y1).
+    """
     height, width = shape
     xs = [box[0], box[2]] + [int(x) for x, _ in points]
     ys = [box[1], box[3]] + [int(y) for _, y in points]
@@ -99,12 +134,32 @@ def work_region(box: PixelBox, points: Sequence[tuple[float, float]], shape: tup
 
 
 def shift_box(box: PixelBox, dx: int, dy: int) -> PixelBox:
+    """``box`` moved by (-dx, -dy): into the coordinates of a region starting at (dx, dy).
+
+    Args:
+        box: (x0, y0, x1, y1).
+        dx: the region's left column.
+        dy: the region's top row.
+
+    Returns:
+        The moved box.
+    """
     return box[0] - dx, box[1] - dy, box[2] - dx, box[3] - dy
 
 
 def initial_labels(shape: tuple[int, int], box: PixelBox, points: Sequence[tuple[float, float]],
                    point_labels: Sequence[int]) -> np.ndarray:
-    """GrabCut's label image: background outside the box, probable foreground inside, seeds at the points."""
+    """GrabCut's label image: background outside the box, probable foreground inside, seeds at the points.
+
+    Args:
+        shape: the region's (height, width).
+        box: the box in region coordinates.
+        points: the points in region coordinates.
+        point_labels: 1 (foreground) or 0 (background) per point.
+
+    Returns:
+        H x W uint8 of ``cv2.GC_*`` labels.
+    """
     labels = np.full(shape, cv2.GC_BGD, np.uint8)
     x0, y0, x1, y1 = box
     labels[y0:y1, x0:x1] = cv2.GC_PR_FGD
@@ -120,13 +175,23 @@ def initial_labels(shape: tuple[int, int], box: PixelBox, points: Sequence[tuple
 
 
 def has_enough_samples(labels: np.ndarray) -> bool:
+    """Whether both foreground and background have enough pixels to fit GrabCut's colour models."""
     foreground = np.count_nonzero((labels == cv2.GC_FGD) | (labels == cv2.GC_PR_FGD))
     background = labels.size - foreground
     return foreground >= GMM_COMPONENTS and background >= GMM_COMPONENTS
 
 
 def grabcut_score(mask: np.ndarray, box: PixelBox, has_box: bool) -> float:
-    """The heuristic documented on GrabCutSegmenter."""
+    """The heuristic documented on GrabCutSegmenter.
+
+    Args:
+        mask: the region's mask, not empty.
+        box: the prompt's box in region coordinates.
+        has_box: whether the prompt gave the box (else it was built around points).
+
+    Returns:
+        A score in [0, 1].
+    """
     x0, y0, x1, y1 = box
     inside = mask[y0:y1, x0:x1]
     outline = np.concatenate([inside[0], inside[-1], inside[1:-1, 0], inside[1:-1, -1]])
@@ -139,6 +204,15 @@ def grabcut_score(mask: np.ndarray, box: PixelBox, has_box: bool) -> float:
 
 
 def box_iou(a: PixelBox, b: PixelBox) -> float:
+    """Intersection over union of two pixel boxes.
+
+    Args:
+        a: (x0, y0, x1, y1).
+        b: (x0, y0, x1, y1).
+
+    Returns:
+        The IoU; 0 when both are empty.
+    """
     inter_w = max(0, min(a[2], b[2]) - max(a[0], b[0]))
     inter_h = max(0, min(a[3], b[3]) - max(a[1], b[1]))
     inter = inter_w * inter_h

@@ -14,6 +14,18 @@ from synrail.segment.grabcut import GrabCutSegmenter
 
 
 def resolve_backend(backend: str, checkpoint: str | None) -> Literal["sam", "grabcut"]:
+    """The backend a config names, with ``auto`` resolved: SAM when a checkpoint is given, else GrabCut.
+
+    Args:
+        backend: "auto", "sam" or "grabcut".
+        checkpoint: the SAM checkpoint path, if any.
+
+    Returns:
+        "sam" or "grabcut".
+
+    Raises:
+        ValueError: an unknown backend, or "sam" without a checkpoint.
+    """
     if backend == "auto":
         return "sam" if checkpoint else "grabcut"
     if backend == "sam" and not checkpoint:
@@ -27,7 +39,20 @@ _load_lock = threading.Lock()
 
 
 def load_segmenter(backend: str, checkpoint: str | None, model_type: str = "vit_h", device: str = "cpu") -> Segmenter:
-    """The segmenter for these settings, built once per process (a model loads once per worker)."""
+    """The segmenter for these settings, built once per process (a model loads once per worker).
+
+    Args:
+        backend: "auto", "sam" or "grabcut".
+        checkpoint: the SAM checkpoint path, if any.
+        model_type: SAM's model type (vit_h, vit_l, vit_b).
+        device: the torch device for SAM.
+
+    Returns:
+        The segmenter.
+
+    Raises:
+        ValueError: an unknown backend or model type, or "sam" without a checkpoint.
+    """
     chosen = resolve_backend(backend, checkpoint)
     if chosen == "grabcut":
         return _cached_segmenter("grabcut", None, "", "")

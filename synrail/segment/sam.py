@@ -37,7 +37,17 @@ class SamSegmenter:
 
     @classmethod
     def from_model(cls, sam: Sam, identity: str, batch_size: int = 16, min_area_px: int = 64) -> SamSegmenter:
-        """Wrap an already built model (tests, custom builds); it stays on the device it is on."""
+        """Wrap an already built model (tests, custom builds); it stays on the device it is on.
+
+        Args:
+            sam: the model.
+            identity: its identity for cache keys.
+            batch_size: prompts per forward pass.
+            min_area_px: masks smaller than this count as failures.
+
+        Returns:
+            The segmenter.
+        """
         segmenter = cls.__new__(cls)
         segmenter._attach(sam, identity, batch_size, min_area_px)
         return segmenter
@@ -54,9 +64,19 @@ class SamSegmenter:
 
     @property
     def identity(self) -> str:
+        """The model type and the checkpoint's sha256: what decides SAM's masks."""
         return self._identity
 
     def segment(self, image_bgr: np.ndarray, prompts: Sequence[Prompt]) -> list[MaskResult]:
+        """SAM's best mask per prompt; prompts of one shape run as one batch on the image's features.
+
+        Args:
+            image_bgr: the image, BGR.
+            prompts: the prompts on it (boxes and/or points).
+
+        Returns:
+            One mask with its score per prompt, in order.
+        """
         if not prompts:
             return []
         rgb = bgr_to_rgb(image_bgr)
@@ -102,11 +122,20 @@ class SamSegmenter:
 
 
 def bgr_to_rgb(image: np.ndarray) -> np.ndarray:
+    """``image`` as 8-bit RGB, the input SAM expects."""
     return cv2.cvtColor(as_bgr8(image), cv2.COLOR_BGR2RGB)
 
 
 def homogeneous_batches(prompts: Sequence[Prompt], batch_size: int) -> list[list[int]]:
-    """Prompt indices grouped by (has a box, number of points), as SAM batches only same-shaped prompts."""
+    """Prompt indices grouped by (has a box, number of points), as SAM batches only same-shaped prompts.
+
+    Args:
+        prompts: the image's prompts.
+        batch_size: the most prompts per batch.
+
+    Returns:
+        Lists of prompt indices, one per batch.
+    """
     groups: dict[tuple[bool, int], list[int]] = {}
     for i, prompt in enumerate(prompts):
         groups.setdefault((prompt.box is not None, len(prompt.points)), []).append(i)
@@ -115,7 +144,20 @@ def homogeneous_batches(prompts: Sequence[Prompt], batch_size: int) -> list[list
 
 
 def load_sam_checkpoint(path: Path, model_type: str) -> Sam:
-    """Build ``model_type`` from segment-anything's registry with the weights at ``path``."""
+    """Build ``model_type`` from segment-anything's registry with the weights at ``path``.
+
+    Args:
+        path: the checkpoint file.
+        model_type: a key of segment-anything's ``sam_model_registry``.
+
+    Returns:
+        The model, on the CPU.
+
+    Raises:
+        ValueError: unknown model type.
+        FileNotFoundError: no file at ``path``.
+        CheckpointError: the file is not a checkpoint of ``model_type``.
+    """
     if model_type not in sam_model_registry:
         known = ", ".join(sorted(sam_model_registry))
         raise ValueError(f"unknown SAM model type {model_type!r} (known: {known})")
@@ -130,6 +172,7 @@ def load_sam_checkpoint(path: Path, model_type: str) -> Sam:
 
 
 def checkpoint_sha256(path: Path) -> str:
+    """The checkpoint's sha256, computed once per (path, size, mtime) in a process."""
     stat = path.stat()
     return _sha256_of_file(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
 
