@@ -34,10 +34,23 @@ class SegmentCache(Protocol):
     """What ``synrail.segment.cache.MaskCache`` offers: masks of an image's prompts, cached."""
 
     def segment_cached(self, segmenter: Segmenter, image_bgr: np.ndarray, image_sha256: str,
-                       prompts: Sequence[Prompt]) -> list[MaskResult]: ...
+                       prompts: Sequence[Prompt]) -> list[MaskResult]:
+        """Masks for ``prompts`` on one image, in order, computed only where not cached.
+
+        Args:
+            segmenter: the segmenter, whose identity keys the cache.
+            image_bgr: the image.
+            image_sha256: its content hash.
+            prompts: the prompts on it.
+
+        Returns:
+            One mask with its score per prompt.
+        """
 
 
 class ExtractedCutout(BaseModel):
+    """One cutout written to the cache: an RGBA PNG with its class, source, size and mask score."""
+
     model_config = ConfigDict(frozen=True)
 
     cutout_id: str
@@ -77,6 +90,7 @@ def cutout_from_mask(image_bgr: np.ndarray, mask: np.ndarray) -> np.ndarray | No
 
 
 def group_by_image(candidates: Iterable[ObstacleCandidate]) -> dict[str, list[ObstacleCandidate]]:
+    """``candidates`` grouped by image path, so that each image is decoded and segmented once."""
     groups: dict[str, list[ObstacleCandidate]] = {}
     for candidate in candidates:
         groups.setdefault(candidate.image_path, []).append(candidate)

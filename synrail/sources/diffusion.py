@@ -91,12 +91,19 @@ class DiffusionPromptConfig(BaseModel):
         return self
 
     def all_templates(self) -> dict[str, str]:
+        """The built-in prompt templates per class with the configured ones laid over them."""
         return {**PROMPT_TEMPLATES, **self.templates}
 
     def all_vocabulary(self) -> dict[str, tuple[str, ...]]:
+        """The built-in placeholder words with the configured ones laid over them."""
         return {**DEFAULT_VOCABULARY, **self.vocabulary}
 
     def template_for(self, class_name: str) -> str:
+        """The prompt template of ``class_name``.
+
+        Raises:
+            ValueError: no template exists for the class.
+        """
         templates = self.all_templates()
         if class_name not in templates:
             raise ValueError(f"no diffusion prompt template for class {class_name!r}; "
@@ -105,6 +112,8 @@ class DiffusionPromptConfig(BaseModel):
 
 
 class PromptSpec(BaseModel):
+    """One image to generate: its class, prompt text and noise seed."""
+
     model_config = ConfigDict(frozen=True)
 
     class_name: str
@@ -113,6 +122,8 @@ class PromptSpec(BaseModel):
 
 
 class GeneratedImage(BaseModel):
+    """A generated image in the cache: its spec, PNG path, content hash and cache key."""
+
     model_config = ConfigDict(frozen=True)
 
     spec: PromptSpec
@@ -140,6 +151,8 @@ class DiffusionModelError(OSError):
 
 
 class DiffusionConfig(BaseModel):
+    """A local diffusers text-to-image model and its sampling settings (steps, guidance, size, scheduler)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model_dir: Path  # a local diffusers folder (model_index.json + component folders)
@@ -160,6 +173,11 @@ class DiffusionConfig(BaseModel):
         return value
 
     def resolved_device(self) -> str:
+        """The torch device to run on: CUDA when ``auto`` finds it, else CPU.
+
+        Raises:
+            DiffusionModelError: ``cuda`` was asked for and torch sees none.
+        """
         import torch
 
         if self.device == "auto":
@@ -169,6 +187,7 @@ class DiffusionConfig(BaseModel):
         return self.device
 
     def resolved_dtype(self) -> str:
+        """The torch dtype name: ``auto`` is float16 on CUDA and float32 on the CPU."""
         if self.dtype == "auto":
             return "float16" if self.resolved_device() == "cuda" else "float32"
         return self.dtype
@@ -263,6 +282,7 @@ class DiffusionGenerator:
 
     @functools.cached_property
     def identity(self) -> str:
+        """A hash of the model folder's files: part of every cache key."""
         return model_folder_identity(self.model_dir)
 
     @property
@@ -313,15 +333,34 @@ class DiffusionCache:
         self.prefix = prefix.strip("/")
 
     def key_fields(self, generator: DiffusionGenerator, spec: PromptSpec) -> dict[str, Any]:
+        """Everything that decides a generated image's pixels.
+
+        Args:
+            generator: the loaded model and its settings.
+            spec: the prompt and seed.
+
+        Returns:
+            The key's fields, JSON-able.
+        """
         cfg = generator.cfg
         return {"model": generator.identity, "text": spec.text, "seed": spec.seed, "steps": cfg.steps,
                 "guidance": cfg.guidance, "width": cfg.width, "height": cfg.height,
                 "scheduler": cfg.scheduler or "", "precision": generator.precision}
 
     def key(self, generator: DiffusionGenerator, spec: PromptSpec) -> str:
+        """The cache key of one image: the sha256 of its ``key_fields``.
+
+        Args:
+            generator: the loaded model and its settings.
+            spec: the prompt and seed.
+
+        Returns:
+            The key (64 hex digits).
+        """
         return sha256_bytes(json.dumps(self.key_fields(generator, spec), sort_keys=True).encode())
 
     def image_path(self, key: str) -> str:
+        """The PNG path of the image with cache key ``key``."""
         return f"{self.prefix}/{key}.png"
 
     def generate_cached(self, generator: DiffusionGenerator, specs: Sequence[PromptSpec],
@@ -366,12 +405,17 @@ class DiffusionCache:
 
 # -- where the subject is -----------------------------------------------------------------------
 class Detection(Protocol):
+    """A detector's box (x0, y0, x1, y1) and score."""
+
     box: Sequence[float]  # x0, y0, x1, y1
     score: float
 
 
 class Detector(Protocol):
+    """Anything that boxes the subject of a generated image."""
+
     def detect(self, image: np.ndarray) -> Sequence[Detection]:
+        """Detections on one BGR image."""
         ...
 
 

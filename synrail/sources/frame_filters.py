@@ -68,19 +68,25 @@ def phash(image: np.ndarray) -> int:
 
 
 def hamming(a: int, b: int) -> int:
+    """The number of bits in which two perceptual hashes differ."""
     return (a ^ b).bit_count()
 
 
 # -- obstacle detectors --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Detection:
+    """One detected object: its class, score and pixel box (x0, y0, x1, y1)."""
+
     class_name: str
     score: float
     box: tuple[float, float, float, float]  # x0, y0, x1, y1 in pixels
 
 
 class ObstacleDetector(Protocol):
+    """Anything that finds obstacles on a frame (frames with one on the track are rejected)."""
+
     def detect(self, image: np.ndarray) -> list[Detection]:
+        """Detections on one BGR image."""
         ...
 
 
@@ -116,6 +122,7 @@ class UltralyticsDetector:
         self._lock = threading.Lock()  # one model shared by worker threads; predict keeps per-call state
 
     def detect(self, image: np.ndarray) -> list[Detection]:
+        """The model's detections of the configured classes on one BGR image (thread-safe)."""
         with self._lock:
             result = self.model.predict(image, conf=self.conf, device=self.device, classes=self.class_ids,
                                         verbose=False)[0]
@@ -126,6 +133,8 @@ class UltralyticsDetector:
 
 # -- configuration -------------------------------------------------------------------------------
 class FilterConfig(BaseModel):
+    """Thresholds of the frame filters: blur, exposure, near-duplicates and obstacles already on the track."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     min_blur: float = Field(60.0, ge=0)
@@ -166,6 +175,8 @@ def detector_from_config(cfg: FilterConfig) -> ObstacleDetector | None:
 # -- filtering -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class FrameDecision:
+    """Whether a sampled frame was kept, why not, and the measurements that decided it."""
+
     frame: SampledFrame
     accepted: bool
     reason: str | None
@@ -175,10 +186,29 @@ class FrameDecision:
 
 
 def track_polygon(region: Sequence[tuple[float, float]], width: int, height: int) -> np.ndarray:
+    """The track region as a pixel polygon in OpenCV's contour layout.
+
+    Args:
+        region: (x, y) vertices as shares of the width and height.
+        width: the frame width.
+        height: the frame height.
+
+    Returns:
+        N x 1 x 2 float32 vertices.
+    """
     return np.array([(x * width, y * height) for x, y in region], dtype=np.float32).reshape(-1, 1, 2)
 
 
 def stands_on_track(detection: Detection, polygon: np.ndarray) -> bool:
+    """Whether the detection's bottom-centre point (where it touches the ground) lies in ``polygon``.
+
+    Args:
+        detection: the detected object.
+        polygon: the track region (``track_polygon``).
+
+    Returns:
+        True inside or on the edge.
+    """
     x0, _, x1, y1 = detection.box
     return cv2.pointPolygonTest(polygon, ((x0 + x1) / 2, y1), False) >= 0
 

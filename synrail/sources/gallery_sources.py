@@ -52,21 +52,30 @@ class ObstacleCandidate:
 
 @dataclass(frozen=True)
 class Skipped:
+    """A candidate left out, with the reason (and the file's URL when the file itself is unsafe to read)."""
+
     instance_key: str
     reason: str
     url: str | None = None  # set when a file itself cannot be read safely: it is also quarantined
 
 
 class Detection(Protocol):
-    @property
-    def box(self) -> Box: ...  # x0, y0, x1, y1
+    """A detector's box and score."""
 
     @property
-    def score(self) -> float: ...
+    def box(self) -> Box:
+        """(x0, y0, x1, y1) in pixels."""
+
+    @property
+    def score(self) -> float:
+        """The detector's confidence."""
 
 
 class Detector(Protocol):
-    def detect(self, image: np.ndarray) -> Sequence[Detection]: ...
+    """Anything that boxes the object in a photo (rock folders use one when configured)."""
+
+    def detect(self, image: np.ndarray) -> Sequence[Detection]:
+        """Detections on one BGR image."""
 
 
 # -- reading files -------------------------------------------------------------------------------
@@ -119,6 +128,15 @@ def label_image(data: bytes, decoded: np.ndarray) -> np.ndarray | None:
 
 
 def instance_mask(labels: np.ndarray, mask_value: int | None) -> np.ndarray:
+    """One instance's mask from a label image.
+
+    Args:
+        labels: H x W instance ids (0 is background).
+        mask_value: the instance's id; None: every labelled pixel.
+
+    Returns:
+        H x W bool.
+    """
     return labels > 0 if mask_value is None else labels == mask_value
 
 
@@ -139,6 +157,18 @@ def decode_labels(data: bytes, url: str, max_pixels: int = DEFAULT_MAX_IMAGE_PIX
 
 # -- small helpers -------------------------------------------------------------------------------
 def size_prior(class_name: str, override: HeightRange | None = None) -> HeightRange:
+    """The real height range (m) of a class: ``override``, else the built-in prior.
+
+    Args:
+        class_name: an obstacle class.
+        override: a configured (low, high) range.
+
+    Returns:
+        (low, high) in metres.
+
+    Raises:
+        ValueError: unknown class, or a range that is not 0 < low <= high.
+    """
     if class_name not in SIZE_PRIORS_M:
         raise ValueError(f"unknown class {class_name!r}; allowed classes: {', '.join(OBSTACLE_KINDS)}")
     low, high = override if override is not None else SIZE_PRIORS_M[class_name]
@@ -175,6 +205,7 @@ def _join(rel: str, name: str) -> str:
 
 
 def xywh_to_xyxy(box: Sequence[float]) -> Box:
+    """A COCO box (x, y, w, h) as (x0, y0, x1, y1)."""
     x, y, w, h = (float(v) for v in box)
     return x, y, x + w, y + h
 
@@ -393,6 +424,16 @@ def dtd_texture_loader(paths: Sequence[str], *, max_side: int = 512,
 
 # -- photo folders (rocks) -----------------------------------------------------------------------
 def whole_image_box(width: int, height: int, margin: float) -> Box:
+    """The whole photo less a ``margin`` share on each side, as a prompt box when no detector boxes the object.
+
+    Args:
+        width: the photo width.
+        height: the photo height.
+        margin: the share cut from each side.
+
+    Returns:
+        (x0, y0, x1, y1).
+    """
     mx, my = margin * width, margin * height
     return mx, my, width - mx, height - my
 

@@ -60,6 +60,7 @@ class VideoRef:
 
     @property
     def is_sequence(self) -> bool:
+        """Whether this is a folder of frames rather than a video file."""
         return bool(self.members)
 
     def frame_url(self, frame_index: int) -> str:
@@ -69,6 +70,8 @@ class VideoRef:
 
 @dataclass(frozen=True)
 class SampledFrame:
+    """One sampled frame: its index in the source, its time (s) and its BGR pixels."""
+
     frame_index: int
     time_s: float
     image: np.ndarray  # BGR
@@ -268,12 +271,14 @@ class FrameStream(Iterator[SampledFrame]):
 
     @property
     def truncated(self) -> bool:
+        """Whether the video ended before the frame count its header promised (known once exhausted)."""
         return self.exhausted and self.frames_expected is not None and self.frames_decoded < self.frames_expected
 
     def __next__(self) -> SampledFrame:
         return next(self._frames)
 
     def close(self) -> None:
+        """Release the decoder."""
         self._frames.close()
 
     def _open(self, path: str) -> cv2.VideoCapture:
@@ -359,6 +364,7 @@ class ImageSequenceStream(Iterator[SampledFrame]):
         return next(self._frames)
 
     def close(self) -> None:
+        """Stop reading the sequence."""
         self._frames.close()
 
     def _generate(self, stride: int, storage_options: dict | None) -> Iterator[SampledFrame]:

@@ -29,6 +29,8 @@ from synrail.storage.store import Store
 
 
 class VideoSourceConfig(BaseModel):
+    """How frames are sampled from cab footage (fps or stride, a cap per video), filtered, and described (sidecar)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     fps: float | None = Field(1.0, gt=0)
@@ -56,6 +58,8 @@ class _Record(BaseModel):
 
 
 class FrameRecord(_Record):
+    """A kept frame written to the cache as PNG, with where it came from and its metadata."""
+
     frame_id: str  # "<video folder>/<frame index>", unique across videos
     video_name: str
     path: str  # PNG, relative to the cache store
@@ -70,6 +74,8 @@ class FrameRecord(_Record):
 
 
 class RejectRecord(_Record):
+    """A sampled frame the filters rejected, with the reason and its measurements."""
+
     frame_index: int
     time_s: float
     reason: str
@@ -79,11 +85,15 @@ class RejectRecord(_Record):
 
 
 class QuarantineRecord(_Record):
+    """A file that could not be read safely, and why."""
+
     url: str
     reason: str
 
 
 class VideoExtraction(_Record):
+    """Everything one video yielded: kept and rejected frames, quarantine, sidecar metadata and notes."""
+
     video: VideoRef
     frames: list[FrameRecord]
     rejected: list[RejectRecord]
