@@ -69,14 +69,18 @@ class TrainConfig(BaseModel):
 
     @property
     def run_name(self) -> str:
+        """The run's name: ``name``, else the model file's stem."""
         return self.name or Path(self.model).stem
 
     @property
     def save_dir(self) -> Path:
+        """The absolute folder Ultralytics writes this run to."""
         return Path(self.project).resolve() / self.run_name
 
 
 class TrainResult(BaseModel):
+    """A finished training run: its best weights, its folder and its final validation metrics."""
+
     model_config = ConfigDict(frozen=True)
 
     weights: Path

@@ -42,6 +42,8 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
 
 class MetricRow(BaseModel):
+    """COCO metrics of one subset of the test data (a class, a distance bucket, a condition, ...)."""
+
     model_config = ConfigDict(frozen=True)
 
     group: str  # overall, class, distance, condition, condition_group, track_type, unseen_kind
@@ -53,22 +55,46 @@ class MetricRow(BaseModel):
 
 
 class EvalReport(BaseModel):
+    """Every metric row of one evaluation."""
+
     model_config = ConfigDict(frozen=True)
 
     rows: list[MetricRow]
 
     def row(self, group: str, subset: str) -> MetricRow | None:
+        """The row of one subset.
+
+        Args:
+            group: the grouping (overall, class, distance, ...).
+            subset: the subset's name within it.
+
+        Returns:
+            The row, or None when the report has none.
+        """
         return next((r for r in self.rows if r.group == group and r.subset == subset), None)
 
     def value(self, group: str, subset: str, metric: str = "map50") -> float | None:
+        """One metric of one subset.
+
+        Args:
+            group: the grouping (overall, class, distance, ...).
+            subset: the subset's name within it.
+            metric: a field of ``MetricRow``.
+
+        Returns:
+            The value, or None when the row is missing or has no ground truth.
+        """
         row = self.row(group, subset)
         return None if row is None else getattr(row, metric)
 
     def subsets(self, group: str) -> list[str]:
+        """The subsets of ``group`` in the report, in row order."""
         return [r.subset for r in self.rows if r.group == group]
 
 
 class TestSet(BaseModel):
+    """A COCO ground-truth file and the folder of its images."""
+
     model_config = ConfigDict(frozen=True)
 
     gt_json: Path
@@ -76,6 +102,11 @@ class TestSet(BaseModel):
 
 
 def load_coco_document(coco: Mapping[str, Any] | str | Path) -> dict[str, Any]:
+    """A COCO document given as a dict or a file path.
+
+    Raises:
+        FileNotFoundError: no file at the path.
+    """
     if isinstance(coco, Mapping):
         return dict(coco)
     path = Path(coco)
@@ -85,6 +116,11 @@ def load_coco_document(coco: Mapping[str, Any] | str | Path) -> dict[str, Any]:
 
 
 def load_results(results: Sequence[Mapping[str, Any]] | str | Path) -> list[dict[str, Any]]:
+    """COCO detection results given as a list or a JSON file path.
+
+    Raises:
+        FileNotFoundError: no file at the path.
+    """
     if isinstance(results, (str, Path)):
         path = Path(results)
         if not path.is_file():
@@ -94,6 +130,15 @@ def load_results(results: Sequence[Mapping[str, Any]] | str | Path) -> list[dict
 
 
 def bucket_label(low: float, high: float) -> str:
+    """The label of a distance bucket, such as "20-40m".
+
+    Args:
+        low: the bucket's near edge, metres.
+        high: its far edge, metres.
+
+    Returns:
+        The label.
+    """
     return f"{low:g}-{high:g}m"
 
 
@@ -125,6 +170,15 @@ def _detections(gt: COCO, results: Sequence[Mapping[str, Any]], fixed_area: floa
 
 
 def check_results(document: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> None:
+    """Check that the predictions name only images and categories of the ground truth.
+
+    Args:
+        document: the ground-truth COCO document.
+        results: COCO detection results.
+
+    Raises:
+        ValueError: naming the first stray image and category ids.
+    """
     image_ids = {i["id"] for i in document["images"]}
     category_ids = {c["id"] for c in document["categories"]}
     stray_images = {r["image_id"] for r in results} - image_ids
@@ -294,6 +348,7 @@ def dataset_root(data_yaml: str | Path) -> Path:
 
 
 def class_names(data_yaml: str | Path) -> list[str]:
+    """The class names of a data.yaml, in index order."""
     names = _read_data_yaml(Path(data_yaml))["names"]
     return [names[i] for i in sorted(names)] if isinstance(names, dict) else list(names)
 

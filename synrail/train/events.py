@@ -23,6 +23,8 @@ FALSE_LABELS = {"0", "false", "no", "clear", "negative", "none"}
 
 
 class Clip(BaseModel):
+    """A test clip and whether an obstacle appears in it (with its track type and condition, when known)."""
+
     model_config = ConfigDict(frozen=True)
 
     video: Path
@@ -32,6 +34,8 @@ class Clip(BaseModel):
 
 
 class ClipResult(BaseModel):
+    """A clip's verdict: what was predicted against the truth, from how many frames."""
+
     model_config = ConfigDict(frozen=True)
 
     video: str
@@ -44,10 +48,13 @@ class ClipResult(BaseModel):
 
     @property
     def correct(self) -> bool:
+        """Whether the prediction matches the truth."""
         return self.predicted == self.has_obstacle
 
 
 class EventReport(BaseModel):
+    """Every clip's result with the threshold and sampling rate used."""
+
     model_config = ConfigDict(frozen=True)
 
     clips: list[ClipResult]
@@ -60,6 +67,7 @@ class EventReport(BaseModel):
         return sum(c.correct for c in chosen) / len(chosen) if chosen else None
 
     def counts(self) -> dict[str, int]:
+        """True/false positives and negatives over the clips."""
         return {"TP": sum(c.predicted and c.has_obstacle for c in self.clips),
                 "TN": sum(not c.predicted and not c.has_obstacle for c in self.clips),
                 "FP": sum(c.predicted and not c.has_obstacle for c in self.clips),
@@ -88,6 +96,15 @@ def sample_frames(video: str | Path, sample_fps: float = SAMPLE_FPS) -> Iterator
 
 
 def frame_says_obstacle(scores: Sequence[float], score_threshold: float) -> bool:
+    """Whether a frame raises an alarm: any detection at or above the threshold.
+
+    Args:
+        scores: the frame's detection scores.
+        score_threshold: the alarm threshold.
+
+    Returns:
+        True when the frame says obstacle.
+    """
     return any(score >= score_threshold for score in scores)
 
 
@@ -100,6 +117,20 @@ def majority_vote(decisions: Sequence[bool]) -> bool:
 
 def evaluate_clip(clip: Clip, detector: FrameDetector, score_threshold: float,
                   sample_fps: float = SAMPLE_FPS) -> ClipResult:
+    """A clip's verdict: frames sampled at ``sample_fps``, each deciding, the majority voting.
+
+    Args:
+        clip: the clip and its truth.
+        detector: BGR frame -> detection scores.
+        score_threshold: the per-frame alarm threshold.
+        sample_fps: frames per second sampled.
+
+    Returns:
+        The clip's result.
+
+    Raises:
+        ValueError: the video has no readable frame.
+    """
     decisions = [frame_says_obstacle(detector(frame), score_threshold)
                  for frame in sample_frames(clip.video, sample_fps)]
     if not decisions:
@@ -111,6 +142,17 @@ def evaluate_clip(clip: Clip, detector: FrameDetector, score_threshold: float,
 
 def event_accuracy(clips: Sequence[Clip], detector: FrameDetector, score_threshold: float = 0.25,
                    sample_fps: float = SAMPLE_FPS) -> EventReport:
+    """Event accuracy over clips (the paper's Table 3 "Acc"): one majority-vote verdict per clip.
+
+    Args:
+        clips: the test clips.
+        detector: BGR frame -> detection scores.
+        score_threshold: the per-frame alarm threshold.
+        sample_fps: frames per second sampled.
+
+    Returns:
+        The report of every clip.
+    """
     return EventReport(clips=[evaluate_clip(c, detector, score_threshold, sample_fps) for c in clips],
                        score_threshold=score_threshold, sample_fps=sample_fps)
 

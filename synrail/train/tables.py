@@ -26,6 +26,8 @@ PAPER_ABLATIONS: tuple[tuple[bool, bool, bool], ...] = (
 
 
 class Table(BaseModel):
+    """One of the paper's tables, filled: a key, a title, columns and rows of cells."""
+
     model_config = ConfigDict(frozen=True)
 
     key: str  # lowercase-with-dashes: the file stem and the Prefect artifact key
@@ -57,6 +59,8 @@ class ModelResult(BaseModel):
 
 
 class AblationResult(BaseModel):
+    """The scores of one ablation setting (harmonization, rescaling, random texture on or off)."""
+
     model_config = ConfigDict(frozen=True)
 
     harmony: bool
@@ -71,6 +75,7 @@ def artifact_key(text: str) -> str:
 
 
 def format_cell(cell: Cell) -> str:
+    """A cell as text: one decimal for floats, ``MISSING`` for None."""
     if cell is None:
         return MISSING
     if isinstance(cell, float):
@@ -79,6 +84,7 @@ def format_cell(cell: Cell) -> str:
 
 
 def to_csv(table: Table) -> str:
+    """The table as CSV text, cells formatted as in the Markdown."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(table.columns)
@@ -87,6 +93,7 @@ def to_csv(table: Table) -> str:
 
 
 def to_markdown(table: Table) -> str:
+    """The table as a Markdown pipe table under its bold title."""
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
     body = [line(table.columns), line(["---"] * len(table.columns))]
@@ -134,6 +141,7 @@ def events_table(report: EventReport, key: str, title: str) -> Table:
 
 
 def table3_track_types(models: Sequence[ModelResult]) -> Table:
+    """Table 3: mAP50, mAP50:95 and event accuracy per track type, per model."""
     columns = ["Models", "Paras (M)"] + [f"{t} {m}" for t in TRACK_TYPES for m in ("mAP50", "mAP50:95", "Acc")]
     rows = []
     for model in models:
@@ -148,6 +156,7 @@ def table3_track_types(models: Sequence[ModelResult]) -> Table:
 
 
 def table4_conditions(models: Sequence[ModelResult]) -> Table:
+    """Table 4: mAP50 per condition group, per model."""
     return Table(key="table-4-conditions", title="Table 4: mAP50 (%) across environmental conditions",
                  columns=["Models", *CONDITION_GROUPS],
                  rows=[[m.name, *(_detection_value(m, "condition_group", g) for g in CONDITION_GROUPS)]
@@ -155,6 +164,7 @@ def table4_conditions(models: Sequence[ModelResult]) -> Table:
 
 
 def table5_distances(models: Sequence[ModelResult]) -> Table:
+    """Table 5: mAP50 per distance bucket, per model."""
     buckets = [bucket_label(low, high) for low, high in DISTANCE_BUCKETS_M]
     return Table(key="table-5-distances", title="Table 5: mAP50 (%) across obstacle distances",
                  columns=["Models", *buckets],
@@ -184,5 +194,14 @@ def table7_ablations(ablations: Sequence[AblationResult]) -> Table:
 
 
 def paper_tables(models: Sequence[ModelResult], ablations: Sequence[AblationResult]) -> list[Table]:
+    """Tables 3-7 from what the models and ablations scored.
+
+    Args:
+        models: one result per model.
+        ablations: one result per ablation setting (Table 7).
+
+    Returns:
+        The five tables, in order.
+    """
     return [table3_track_types(models), table4_conditions(models), table5_distances(models),
             table6_unseen(models), table7_ablations(ablations)]
