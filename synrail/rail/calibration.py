@@ -115,6 +115,9 @@ def calibrate_sequence(cameras: Sequence[FrameCamera | None], frame_height: int,
         cameras: each frame's own estimate (None for a frame without a track).
         frame_height: rows of the frames (the horizon tolerance scales with it).
         known_height_m: the camera height when the sidecar gives it (then it is not estimated).
+
+    Returns:
+        The robust horizon row, height and lateral offset over the confident frames, or None.
     """
     voters = [c for c in cameras if c is not None and c.confidence >= MIN_CONFIDENCE]
     if len(voters) < MIN_FRAMES:
