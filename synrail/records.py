@@ -225,7 +225,7 @@ class ClipAnnotationRow(AnnotationRow):
     ground_v_px: float
     world_x_m: float  # the obstacle's fixed ground point, in the first frame's camera frame
     world_z_m: float
-    along_m: float  # forward ground distance from the camera in this frame
+    along_m: float  # distance ahead of the camera along the track in this frame (falls by speed / fps)
 
 
 class ClipRecord(Record):

@@ -55,7 +55,8 @@ def _jsonable(value: Any, stage: str = "") -> Any:
     if isinstance(value, BuildConfig):
         content = value.content_dict()  # execution settings never change the outputs
         sections = STAGE_SECTIONS[stage]
-        return content if sections is None else {k: content[k] for k in sections}
+        # .get: a section left out of content_dict (sequences without clips) keys as None
+        return content if sections is None else {k: content.get(k) for k in sections}
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, (list, tuple)):

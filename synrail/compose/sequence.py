@@ -52,7 +52,7 @@ class TrackedInstance:
     track_id: int
     instance: Instance
     ground_uv_px: tuple[float, float]
-    along_m: float  # forward distance from the camera, on the ground
+    along_m: float  # distance ahead of the camera along the track
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def _placement(bg: SceneBackground, obstacle: TrackedObstacle, pose: TrackPose, 
     foot_col = int(round((cols.min() + cols.max()) / 2))  # bottom-centre of the silhouette, as for stills
     placement = placement_at(obstacle.cutout, point, obstacle.height_m, bgr, mask, x0=point.u - foot_col,
                              y0=point.v - int(rows.max()), image_shape=bg.track_mask.shape)
-    along = float(pose.to_camera(*obstacle.world_xz)[1])
+    along = pose.ahead_m(*obstacle.world_xz)
     return None if placement is None else (placement, (u, v), along)
 
 

@@ -124,42 +124,65 @@ class CameraGeometry(BaseModel):
 class TrackPose(BaseModel):
     """The camera moved ``advance_m`` metres along the ego track from where ``geometry`` was set up.
 
-    The world frame is the first frame's camera frame (X right, Z forward on the ground). The
-    camera keeps its lateral offset from the centreline and turns with the track (heading
-    ``atan(curvature * advance)``), so in its own frame the track is again
-    ``X(Z) = offset + curvature * Z**2 / 2`` to second order: every frame of a clip shares one
-    ``CameraGeometry`` and one track mask, and only world points move. Arc length along the
-    centreline is taken as Z (the same small-angle model the geometry uses; off by
-    ``curvature**2 * advance**3 / 6``, 4 cm after 30 m on the tightest default curve).
+    The world frame is the first frame's camera frame (X right, Z forward on the ground). Points are
+    carried in track-aligned coordinates, the same ones the procedural renderer paints sleepers
+    with: ``lateral = X - X(Z)`` and ``along`` = arc length of the centreline to the foot of the
+    normal. The camera keeps its offset from the centreline, so in its own frame the track is again
+    ``X(Z) = offset + curvature * Z**2 / 2``: every frame of a clip shares one ``CameraGeometry`` and
+    one track mask, and a world point only changes its ``along`` by ``-advance_m``.
     """
 
     model_config = ConfigDict(frozen=True)
 
     advance_m: float = 0.0
     curvature: float = 0.0
+    offset_m: float = 0.0  # the geometry's track_offset_m
 
-    @property
-    def heading_rad(self) -> float:
-        return math.atan(self.curvature * self.advance_m)
+    def _centre_x(self, z: np.ndarray) -> np.ndarray:
+        return self.offset_m + 0.5 * self.curvature * z * z
 
-    @property
-    def position_xz(self) -> tuple[float, float]:
-        """The camera's ground position in the world frame."""
-        return 0.5 * self.curvature * self.advance_m**2, self.advance_m
+    def _arc(self, w: np.ndarray) -> np.ndarray:
+        k = self.curvature
+        if abs(k) < 1e-12:
+            return w
+        q = k * w
+        return 0.5 * (w * np.sqrt(1 + q * q) + np.arcsinh(q) / k)
+
+    def _arc_inverse(self, along: np.ndarray) -> np.ndarray:
+        w = np.asarray(along, dtype=np.float64).copy()
+        if abs(self.curvature) < 1e-12:
+            return w
+        for _ in range(6):  # Newton on a smooth monotone function: converged to 1e-12 m in 3-4 steps
+            w = w - (self._arc(w) - along) / np.sqrt(1 + (self.curvature * w) ** 2)
+        return w
+
+    def _to_track(self, x: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lateral = x - self._centre_x(z)
+        return self._arc(z + self.curvature * z * lateral), lateral
+
+    def _from_track(self, along: np.ndarray, lateral: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        z = self._arc_inverse(along) / (1 + self.curvature * lateral)
+        return self._centre_x(z) + lateral, z
 
     def to_camera(self, x: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """World ground coordinates -> this camera's ground coordinates (x right, z forward)."""
-        px, pz = self.position_xz
-        s, c = math.sin(self.heading_rad), math.cos(self.heading_rad)
-        dx, dz = np.asarray(x, dtype=np.float64) - px, np.asarray(z, dtype=np.float64) - pz
-        return dx * c - dz * s, dx * s + dz * c
+        along, lateral = self._to_track(np.asarray(x, dtype=np.float64), np.asarray(z, dtype=np.float64))
+        return self._from_track(along - self.advance_m, lateral)
 
     def to_world(self, x: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """This camera's ground coordinates -> world ground coordinates."""
-        px, pz = self.position_xz
-        s, c = math.sin(self.heading_rad), math.cos(self.heading_rad)
-        x, z = np.asarray(x, dtype=np.float64), np.asarray(z, dtype=np.float64)
-        return px + x * c + z * s, pz - x * s + z * c
+        along, lateral = self._to_track(np.asarray(x, dtype=np.float64), np.asarray(z, dtype=np.float64))
+        return self._from_track(along + self.advance_m, lateral)
+
+    def ahead_m(self, x: float, z: float) -> float:
+        """How far along the track the world ground point (x, z) lies ahead of this camera."""
+        along, _ = self._to_track(np.float64(x), np.float64(z))
+        return float(along) - self.advance_m
+
+    @classmethod
+    def along(cls, geometry: CameraGeometry, advance_m: float) -> TrackPose:
+        """The pose ``advance_m`` metres along ``geometry``'s track."""
+        return cls(advance_m=advance_m, curvature=geometry.track_curvature, offset_m=geometry.track_offset_m)
 
 
 def track_point_xz(geometry: CameraGeometry, along_m: float, lateral_m: float) -> tuple[float, float]:

@@ -178,7 +178,7 @@ def compose_clip(cfg: BuildConfig, clip: int, split: str, cutouts: dict[str, lis
     annotations: list[ClipAnnotationRow] = []
     for frame in range(seq.frames_per_clip):
         advance = frame * step_m
-        pose = TrackPose(advance_m=advance, curvature=geometry.track_curvature)
+        pose = TrackPose.along(geometry, advance)
         background = _frame_background(spec, pose, frame, mask)
         frame_out = compose_clip_frame(
             background, [o for o in obstacles if o.track_id not in ended], pose, cfg.compose, light,
