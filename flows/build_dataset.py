@@ -25,6 +25,7 @@ from synrail.extras import check_extras
 from synrail.records import (
     BackgroundRecord,
     ChunkRecord,
+    ClipRecord,
     GalleryRecord,
     GallerySourceResult,
     InputReport,
@@ -34,6 +35,7 @@ from synrail.stages.compose import chunk_ranges
 from synrail.stages.export import ExportSummary
 from synrail.stages.gallery import needs_gpu, procedural_classes
 from synrail.stages.inputs import check_inputs, input_report, texture_quarantine
+from synrail.stages.sequences import clip_ranges
 from synrail.stages.splits import assign_video_splits
 from synrail.stages.videos import source_videos
 from synrail.storage.lock import build_lock
@@ -64,8 +66,17 @@ def _build_into(config: BuildConfig, out: Store, overwrite: bool, show_progress:
     report = input_report(videos, sources, texture_quarantine(config))
     check_inputs(config, background_records, gallery_records, report)
     plan = [(first, stop, None) for first, stop in chunk_ranges(config.num_images, config.execution.chunk_size)]
+    clip_futures = submit_clips(config, gallery_records, cache_url, out)  # beside the stills' chunks
     chunk_records = compose_chunks(config, plan, background_records, gallery_records, cache_url, out, show_progress)
-    return export(config, chunk_records, background_records, gallery_records, report, cache_url, out)
+    clip_records = t.as_records(ClipRecord, [r for f in clip_futures for r in f.result()])
+    return export(config, chunk_records, background_records, gallery_records, report, cache_url, out, clip_records)
+
+
+def submit_clips(config: BuildConfig, gallery: list[GalleryRecord], cache_url: str, out: Store) -> list:
+    """One compose-clips task per ``execution.clips_per_task`` approach clips (none without clips)."""
+    clip_task = t.cached(t.compose_clips, "sequences", cache_url)
+    return [clip_task.submit(config, first, stop, gallery, cache_url, out.root_url)
+            for first, stop in clip_ranges(config)]
 
 
 def compose_chunks(config: BuildConfig, plan: list[tuple[int, int, list[str] | None]],
@@ -88,10 +99,12 @@ def compose_chunks(config: BuildConfig, plan: list[tuple[int, int, list[str] | N
 
 
 def export(config: BuildConfig, chunks: list[ChunkRecord], backgrounds: list[BackgroundRecord],
-           gallery: list[GalleryRecord], report: InputReport, cache_url: str, out: Store) -> ExportSummary:
+           gallery: list[GalleryRecord], report: InputReport, cache_url: str, out: Store,
+           clips: list[ClipRecord] | None = None) -> ExportSummary:
     """The export task, then the dataset's statistics, card and sample grid in the Prefect UI."""
     export_task = t.cached(t.export_dataset, "export", cache_url)
-    summary = ExportSummary.model_validate(export_task(config, chunks, backgrounds, gallery, report, out.root_url))
+    summary = ExportSummary.model_validate(export_task(config, chunks, backgrounds, gallery, report, out.root_url,
+                                                       clips or None))
     _publish(summary, out)
     return summary
 
@@ -163,7 +176,7 @@ def expected_task_runs(config: BuildConfig) -> int:
                    else len(source_videos(config)))
     gallery = sum(len(procedural_classes(config, s)) if isinstance(s, ProceduralSource) else 1
                   for s in config.gallery.sources)
-    return backgrounds + gallery + chunks + 1
+    return backgrounds + gallery + chunks + len(clip_ranges(config)) + 1
 
 
 def build_with_runner(config: BuildConfig, out_url: str, overwrite: bool = False,

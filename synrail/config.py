@@ -407,10 +407,31 @@ class ComposeConfig(Section):
         return v
 
 
+class SequencesConfig(Section):
+    """Approach clips built beside the stills: obstacles fixed on the track while the camera approaches
+    (``synrail.stages.sequences``). None by default; a config without clips builds what it always did."""
+
+    clips: int = Field(default=0, ge=0, description="procedural approach clips (0: none)")
+    frames_per_clip: int = Field(default=20, ge=2, le=1000)
+    fps: float = Field(default=10.0, gt=0, le=120, description="frame rate; the camera moves speed / fps per frame")
+    speed_kmh: Range = Field(default=(20.0, 80.0), description="the train's speed, drawn once per clip")
+    obstacles_per_clip: tuple[int, int] = (1, 2)
+    first_distance_m: Range = Field(default=(30.0, 90.0), description=(
+        "an obstacle's distance along the track in the clip's first frame"))
+
+    @field_validator("speed_kmh", "first_distance_m", "obstacles_per_clip")
+    @classmethod
+    def _ordered_positive(cls, value: tuple[float, float], info: ValidationInfo) -> tuple[float, float]:
+        if value[0] < 0 or (info.field_name != "obstacles_per_clip" and value[0] <= 0):
+            raise ValueError(f"{info.field_name} must be positive, got {list(value)}")
+        return _ordered(value, info.field_name)
+
+
 class ExecutionConfig(Section):
     """How the build runs. Never changes what it produces, so it is left out of the build hash."""
 
     chunk_size: int = Field(default=50, ge=1, description="images composed per task run")
+    clips_per_task: int = Field(default=1, ge=1, description="approach clips composed per task run")
     backgrounds_per_task: int = Field(default=1, ge=1, description=(
         "procedural backgrounds rendered per task run: one shows each in the UI; more make fewer task runs, "
         "each of which costs Prefect and Dask a few tenths of a second of CPU"))
@@ -470,6 +491,7 @@ class BuildConfig(Section):
     quality: QualityConfig | None = None  # composite quality control: off unless configured
     inputs: InputsConfig = InputsConfig()
     ingest: IngestConfig = IngestConfig()
+    sequences: SequencesConfig = SequencesConfig()
     execution: ExecutionConfig = ExecutionConfig()
 
     @field_validator("classes")
@@ -502,8 +524,10 @@ class BuildConfig(Section):
         return self
 
     def content_dict(self) -> dict[str, Any]:
-        """Everything that decides the dataset's bytes (execution settings excluded)."""
-        return self.model_dump(mode="json", exclude={"execution"})
+        """Everything that decides the dataset's bytes (execution settings excluded; the sequences
+        section only when it asks for clips, so builds without clips keep their hash and card)."""
+        left_out = {"execution"} | ({"sequences"} if not self.sequences.clips else set())
+        return self.model_dump(mode="json", exclude=left_out)
 
     def build_hash(self) -> str:
         """A 16-hex-digit hash of ``content_dict()``: equal for every config that gives the same bytes."""

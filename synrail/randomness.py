@@ -23,6 +23,7 @@ class Stream(IntEnum):
     DIFFUSION_PROMPTS = 5  # diffusion prompt expansion, key: class index
     WEATHER = 6  # weather over a finished composite, key: image index
     VIDEO_SEGMENTER_PROMPTS = 7  # SAM point prompts on a video frame, key: frame index
+    CLIP = 8  # approach sequences, keys: clip index, ClipDraw[, frame or track]
     PROCEDURAL_OBSTACLE = 2000  # + the class's index in cfg.classes (kept for bytes), key: cutout index
 
 
@@ -32,6 +33,17 @@ class SplitPlan(IntEnum):
     BACKGROUNDS = 0  # which split each procedural background belongs to
     # 1, 2, 3: conditions and track types inside the splits train, val, test (``split_plan_rng``)
     VIDEOS = 100  # which split each video belongs to
+
+
+class ClipDraw(IntEnum):
+    """Keys inside the clip stream: each part of a clip draws apart, so adding draws to one never
+    shifts another."""
+
+    SCENE = 0  # the background spec, speed and fps-independent setup
+    OBSTACLES = 1  # cutouts, sizes and world positions of the clip's obstacles
+    EFFECTS = 2  # shadow strengths (one per track, kept along the clip)
+    WEATHER = 3  # the clip's one weather draw, replayed on every frame
+    FRAME = 4  # per-frame draws (pasted obstacles' sensor noise), key: frame index
 
 
 class RenderStream(IntEnum):
@@ -76,6 +88,12 @@ def image_rng(seed: int, index: int, attempt: int = 0) -> np.random.Generator:
     return rng_for(seed, Stream.IMAGE, index) if attempt == 0 else rng_for(seed, Stream.IMAGE, index, attempt)
 
 
-def render_rng(palette_seed: int, layer: RenderStream) -> np.random.Generator:
-    """One layer of a procedural scene (its palette seed comes from the background stream)."""
-    return np.random.default_rng([palette_seed, int(layer)])
+def render_rng(palette_seed: int, layer: RenderStream, *keys: int) -> np.random.Generator:
+    """One layer of a procedural scene (its palette seed comes from the background stream); ``keys``
+    tell frames of one clip apart (a still, and a clip's first frame, have none)."""
+    return np.random.default_rng([palette_seed, int(layer), *keys])
+
+
+def clip_rng(seed: int, clip: int, draw: ClipDraw, *keys: int) -> np.random.Generator:
+    """Draw ``draw`` of approach clip ``clip`` (frame or track index in ``keys``)."""
+    return rng_for(seed, Stream.CLIP, clip, int(draw), *keys)

@@ -16,7 +16,8 @@ from synrail.sources.video_backgrounds import QuarantineRecord
 
 SPLITS = ("train", "val", "test")
 
-__all__ = ["SPLITS", "AnnotationRow", "BackgroundRecord", "ChunkRecord", "GalleryRecord", "GallerySourceResult",
+__all__ = ["SPLITS", "AnnotationRow", "BackgroundRecord", "ChunkRecord", "ClipAnnotationRow", "ClipImageRow",
+           "ClipRecord", "GalleryRecord", "GallerySourceResult",
            "ImageRow", "InputReport", "ManifestAnnotationRow", "QuarantineRecord", "Record", "SequenceCamera",
            "SkipRow", "UnusedFrame", "VideoBackgrounds"]
 
@@ -201,3 +202,48 @@ class ManifestAnnotationRow(AnnotationRow):
 
     annotation_id: int
     split: str
+
+
+# -- approach clips ---------------------------------------------------------------------------------
+# Clip frames have tables of their own (subclasses of the stills' rows with the clip columns), so the
+# stills' Parquet contract is unchanged; the export merges both into COCO, YOLO and the manifests.
+class ClipImageRow(ImageRow):
+    """One frame of an approach clip."""
+
+    clip_id: str
+    frame_in_clip: int
+    advance_m: float  # how far the camera has moved along the track since the clip's first frame
+
+
+class ClipAnnotationRow(AnnotationRow):
+    """One obstacle in one clip frame; ``track_id`` is the obstacle's id inside its clip."""
+
+    clip_id: str
+    frame_in_clip: int
+    track_id: int
+    ground_u_px: float  # the world point's exact projection (ground_u, ground_v round it)
+    ground_v_px: float
+    world_x_m: float  # the obstacle's fixed ground point, in the first frame's camera frame
+    world_z_m: float
+    along_m: float  # distance ahead of the camera along the track in this frame (falls by speed / fps)
+
+
+class ClipRecord(Record):
+    """One approach clip as written by the sequences stage: its frames' two Parquet tables."""
+
+    clip_index: int
+    clip_id: str
+    split: str
+    frames: int
+    fps: float
+    speed_kmh: float
+    event: bool  # an obstacle is on the track in the clip (the paper's clip event)
+    first_image_index: int
+    images_path: str  # Parquet of ClipImageRow, relative to the output store
+    annotations_path: str  # Parquet of ClipAnnotationRow
+    sha256: str
+    num_annotations: int
+    condition: str
+    track_type: str
+    geometry: CameraGeometry  # shared by every frame (see TrackPose)
+    rail_area: dict[str, Any]  # compressed RLE of the track area, the same in every frame

@@ -24,13 +24,14 @@ from synrail.config import BuildConfig
 from synrail.records import (
     BackgroundRecord,
     ChunkRecord,
+    ClipRecord,
     GalleryRecord,
     GallerySourceResult,
     InputReport,
     VideoBackgrounds,
 )
 from synrail.sources.video import VideoRef
-from synrail.stages import backgrounds, compose, export, gallery, videos
+from synrail.stages import backgrounds, compose, export, gallery, sequences, videos
 from synrail.storage.code_version import code_version
 from synrail.storage.store import Store
 
@@ -43,6 +44,7 @@ STAGE_SECTIONS: dict[str, tuple[str, ...] | None] = {
     "obstacles": gallery.CONFIG_SECTIONS,
     "gallery-source": gallery.SOURCE_CONFIG_SECTIONS,
     "compose": compose.CONFIG_SECTIONS,
+    "sequences": sequences.CONFIG_SECTIONS,
     "export": export.CONFIG_SECTIONS,
 }
 
@@ -53,7 +55,8 @@ def _jsonable(value: Any, stage: str = "") -> Any:
     if isinstance(value, BuildConfig):
         content = value.content_dict()  # execution settings never change the outputs
         sections = STAGE_SECTIONS[stage]
-        return content if sections is None else {k: content[k] for k in sections}
+        # .get: a section left out of content_dict (sequences without clips) keys as None
+        return content if sections is None else {k: content.get(k) for k in sections}
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, (list, tuple)):
@@ -136,8 +139,16 @@ def compose_chunk(cfg: BuildConfig, first: int, stop: int, backgrounds: list[Bac
     return compose.compose_chunk(cfg, first, stop, backgrounds, gallery, Store(cache_url), Store(out_url), splits)
 
 
+@task(name="compose-clips", retries=2, retry_delay_seconds=1, **_COMMON)
+def compose_clips(cfg: BuildConfig, first: int, stop: int, gallery: list[GalleryRecord], cache_url: str,
+                  out_url: str) -> list[ClipRecord]:
+    """Approach clips ``first..stop-1`` (``synrail.stages.sequences``)."""
+    return sequences.compose_clips(cfg, first, stop, gallery, Store(cache_url), Store(out_url))
+
+
 @task(name="export-dataset", retries=2, retry_delay_seconds=1, **_COMMON)
 def export_dataset(cfg: BuildConfig, chunks: list[ChunkRecord], backgrounds: list[BackgroundRecord],
-                   gallery: list[GalleryRecord], report: InputReport, out_url: str) -> export.ExportSummary:
+                   gallery: list[GalleryRecord], report: InputReport, out_url: str,
+                   clips: list[ClipRecord] | None = None) -> export.ExportSummary:
     """The dataset-wide documents (``synrail.stages.export``)."""
-    return export.export_dataset(cfg, chunks, backgrounds, gallery, Store(out_url), report)
+    return export.export_dataset(cfg, chunks, backgrounds, gallery, Store(out_url), report, clips or [])

@@ -175,3 +175,148 @@ class CameraGeometry(BaseModel):
             inside &= z <= self.track_max_z_m
         mask[first_row:] = inside
         return mask
+
+
+# -- a camera advanced along the track ---------------------------------------------------------------
+class TrackPose(BaseModel):
+    """The camera moved ``advance_m`` metres along the ego track from where ``geometry`` was set up.
+
+    The world frame is the first frame's camera frame (X right, Z forward on the ground). Points are
+    carried in track-aligned coordinates, the same ones the procedural renderer paints sleepers
+    with: ``lateral = X - X(Z)`` and ``along`` = arc length of the centreline to the foot of the
+    normal. The camera keeps its offset from the centreline, so in its own frame the track is again
+    ``X(Z) = offset + curvature * Z**2 / 2``: every frame of a clip shares one ``CameraGeometry`` and
+    one track mask, and a world point only changes its ``along`` by ``-advance_m``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    advance_m: float = 0.0
+    curvature: float = 0.0
+    offset_m: float = 0.0  # the geometry's track_offset_m
+
+    def _centre_x(self, z: np.ndarray) -> np.ndarray:
+        return self.offset_m + 0.5 * self.curvature * z * z
+
+    def _arc(self, w: np.ndarray) -> np.ndarray:
+        k = self.curvature
+        if abs(k) < 1e-12:
+            return w
+        q = k * w
+        return 0.5 * (w * np.sqrt(1 + q * q) + np.arcsinh(q) / k)
+
+    def _arc_inverse(self, along: np.ndarray) -> np.ndarray:
+        w = np.asarray(along, dtype=np.float64).copy()
+        if abs(self.curvature) < 1e-12:
+            return w
+        for _ in range(6):  # Newton on a smooth monotone function: converged to 1e-12 m in 3-4 steps
+            w = w - (self._arc(w) - along) / np.sqrt(1 + (self.curvature * w) ** 2)
+        return w
+
+    def _to_track(self, x: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lateral = x - self._centre_x(z)
+        return self._arc(z + self.curvature * z * lateral), lateral
+
+    def _from_track(self, along: np.ndarray, lateral: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        z = self._arc_inverse(along) / (1 + self.curvature * lateral)
+        return self._centre_x(z) + lateral, z
+
+    def to_camera(self, x: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """World ground coordinates -> this camera's ground coordinates (x right, z forward).
+
+        Args:
+            x: world lateral coordinates, metres.
+            z: world forward coordinates, metres.
+
+        Returns:
+            ``(x, z)`` in this camera's ground frame.
+        """
+        along, lateral = self._to_track(np.asarray(x, dtype=np.float64), np.asarray(z, dtype=np.float64))
+        return self._from_track(along - self.advance_m, lateral)
+
+    def to_world(self, x: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """This camera's ground coordinates -> world ground coordinates.
+
+        Args:
+            x: lateral coordinates in this camera's ground frame, metres.
+            z: forward coordinates in this camera's ground frame, metres.
+
+        Returns:
+            ``(x, z)`` in the world (the first frame's camera) ground frame.
+        """
+        along, lateral = self._to_track(np.asarray(x, dtype=np.float64), np.asarray(z, dtype=np.float64))
+        return self._from_track(along + self.advance_m, lateral)
+
+    def ahead_m(self, x: float, z: float) -> float:
+        """How far along the track the world ground point (x, z) lies ahead of this camera.
+
+        Args:
+            x: world lateral coordinate, metres.
+            z: world forward coordinate, metres.
+
+        Returns:
+            The distance along the track, metres (negative behind the camera).
+        """
+        along, _ = self._to_track(np.float64(x), np.float64(z))
+        return float(along) - self.advance_m
+
+    @classmethod
+    def along(cls, geometry: CameraGeometry, advance_m: float) -> TrackPose:
+        """The pose ``advance_m`` metres along ``geometry``'s track.
+
+        Args:
+            geometry: the first frame's camera.
+            advance_m: how far the train has moved along the track, metres.
+
+        Returns:
+            The moved camera's pose.
+        """
+        return cls(advance_m=advance_m, curvature=geometry.track_curvature, offset_m=geometry.track_offset_m)
+
+
+def track_point_xz(geometry: CameraGeometry, along_m: float, lateral_m: float) -> tuple[float, float]:
+    """World ground coordinates of a point beside the track centreline.
+
+    Args:
+        geometry: the first frame's camera (its track defines the centreline).
+        along_m: how far ahead of the first frame's camera, metres.
+        lateral_m: offset from the centreline, metres (positive right).
+
+    Returns:
+        ``(x, z)`` in the world ground frame.
+    """
+    return float(geometry.track_centre_x(along_m)) + lateral_m, along_m
+
+
+def reproject_ground_point(geometry: CameraGeometry, pose: TrackPose, world_xz: tuple[float, float]
+                           ) -> tuple[float, float, float]:
+    """Where a world ground point appears from a moved camera.
+
+    Args:
+        geometry: the camera's intrinsics and mounting (shared by every frame of a clip).
+        pose: the moved camera.
+        world_xz: the world ground point, metres.
+
+    Returns:
+        Sub-pixel ``(u, v)`` and the camera distance; NaN pixels when it is behind the camera.
+    """
+    x, z = pose.to_camera(world_xz[0], world_xz[1])
+    u, v = geometry.project(np.array([x]), np.array([0.0]), np.array([z]))
+    return float(u[0]), float(v[0]), float(math.sqrt(x * x + z * z + geometry.height_m**2))
+
+
+def back_project_to_world(geometry: CameraGeometry, pose: TrackPose, u: float, v: float) -> tuple[float, float]:
+    """The world ground point seen at a pixel from a moved camera (the inverse of ``reproject_ground_point``).
+
+    Args:
+        geometry: the camera's intrinsics and mounting.
+        pose: the moved camera.
+        u: pixel column.
+        v: pixel row (below the horizon).
+
+    Returns:
+        ``(x, z)`` in the world ground frame, metres.
+    """
+    x, z = geometry.ground_point(np.array([u]), np.array([v]))
+    wx, wz = pose.to_world(x, z)
+    return float(wx[0]), float(wz[0])

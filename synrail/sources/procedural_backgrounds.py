@@ -26,7 +26,7 @@ from types import MappingProxyType
 import cv2
 import numpy as np
 
-from synrail.rail.geometry import CameraGeometry
+from synrail.rail.geometry import CameraGeometry, TrackPose
 from synrail.randomness import RenderStream, render_rng
 
 TRACK_TYPES = ("ballasted", "ballastless")
@@ -201,8 +201,19 @@ def _clip_colour(colour: BGR, top: float) -> BGR:
 
 
 # -- rendering -----------------------------------------------------------------------------------
-def render_background(spec: BackgroundSpec) -> np.ndarray:
-    """H x W x 3 uint8 BGR image of the scene; the same spec always gives the same bytes."""
+def render_background(spec: BackgroundSpec, pose: TrackPose | None = None, frame: int = 0) -> np.ndarray:
+    """H x W x 3 uint8 BGR image of the scene; the same spec always gives the same bytes.
+
+    Args:
+        spec: the scene.
+        pose: the camera moved along the track (an approach clip's later frame); ground textures,
+            sleepers, trees and masts stay where they are in the world. The sky is at infinity and
+            keeps its look (the camera's small turn on a curve is not applied to it).
+        frame: the clip frame (a new draw of sensor noise per frame, as a real sensor's).
+
+    Returns:
+        The image.
+    """
     geometry = spec.geometry
     image = np.empty((geometry.height, geometry.width, 3), dtype=np.float32)
     first_ground_row = min(geometry.height, max(0, math.floor(geometry.horizon_v()) + 1))
@@ -210,10 +221,11 @@ def render_background(spec: BackgroundSpec) -> np.ndarray:
         image[:first_ground_row] = _render_sky(spec, first_ground_row, render_rng(spec.palette_seed, RenderStream.SKY))
     if first_ground_row < geometry.height:
         ground_rng = render_rng(spec.palette_seed, RenderStream.GROUND)
-        image[first_ground_row:] = _render_ground(spec, first_ground_row, ground_rng)
-    clutter = _render_clutter(spec, geometry.track_mask(), render_rng(spec.palette_seed, RenderStream.CLUTTER))
+        image[first_ground_row:] = _render_ground(spec, first_ground_row, ground_rng, pose)
+    clutter = _render_clutter(spec, geometry.track_mask(), render_rng(spec.palette_seed, RenderStream.CLUTTER), pose)
     image = image * (1.0 - clutter[..., 3:] / np.float32(255)) + clutter[..., :3] / np.float32(255)
-    return _finish(image, spec, render_rng(spec.palette_seed, RenderStream.SENSOR))
+    sensor = render_rng(spec.palette_seed, RenderStream.SENSOR, *([frame] if frame else []))
+    return _finish(image, spec, sensor)
 
 
 def _colour(bgr: BGR, scale: float = 1.0) -> np.ndarray:
@@ -387,9 +399,11 @@ class _GroundView:
     along: np.ndarray           # arc length along the ego track of the perpendicular foot (m)
     lateral_filter: np.ndarray  # anti-aliasing box width across the track (m)
     along_filter: np.ndarray    # anti-aliasing box width along the track (m)
+    world_x: np.ndarray         # float32 X, Z in the world frame, where textures are evaluated (the
+    world_z: np.ndarray         # camera frame unless the camera has moved along the track)
 
 
-def _ground_view(g: CameraGeometry, first_row: int) -> _GroundView:
+def _ground_view(g: CameraGeometry, first_row: int, pose: TrackPose | None = None) -> _GroundView:
     rows = np.arange(first_row, g.height, dtype=np.float64)[:, None]
     cols = np.arange(g.width, dtype=np.float64)[None, :]
     x, z = g.ground_point(cols, rows)
@@ -399,8 +413,14 @@ def _ground_view(g: CameraGeometry, first_row: int) -> _GroundView:
     along = _arc_length(z + g.track_curvature * z * lateral, g.track_curvature)
     lateral_u, lateral_v = _pixel_footprint(lateral)
     along_u, along_v = _pixel_footprint(along)
+    x32, z32 = x.astype(np.float32), z.astype(np.float32)
+    world_x, world_z = x32, z32
+    if pose is not None and pose.advance_m != 0:
+        along = along + pose.advance_m
+        wx, wz = pose.to_world(x, z)
+        world_x, world_z = wx.astype(np.float32), wz.astype(np.float32)
     return _GroundView(
-        x=x.astype(np.float32), z=z.astype(np.float32),
+        x=x32, z=z32, world_x=world_x, world_z=world_z,
         distance=np.sqrt(x * x + z * z + g.height_m**2).astype(np.float32),
         texel=_texel_size(x, z), lateral=lateral, along=along,
         lateral_filter=_AA_FILTER * (lateral_u + lateral_v) + 1e-6,
@@ -443,18 +463,19 @@ def _track_band(view: _GroundView, track_offset_m: float, reach_m: float, textur
                       **{name: field[pixels] for name, field in textures.items()})
 
 
-def _render_ground(spec: BackgroundSpec, first_row: int, rng: np.random.Generator) -> np.ndarray:
+def _render_ground(spec: BackgroundSpec, first_row: int, rng: np.random.Generator,
+                   pose: TrackPose | None = None) -> np.ndarray:
     g = spec.geometry
-    view = _ground_view(g, first_row)
+    view = _ground_view(g, first_row, pose)
     noise = _SmoothNoise(rng)
     albedo = _terrain_albedo(spec, view, noise)
     textures = {
-        "ballast": noise.fbm(view.x, view.z, 0.6, 3, view.texel),
-        "stones": noise.fbm(view.x, view.z, 0.1, 3, view.texel, gain=0.6),
+        "ballast": noise.fbm(view.world_x, view.world_z, 0.6, 3, view.texel),
+        "stones": noise.fbm(view.world_x, view.world_z, 0.1, 3, view.texel, gain=0.6),
         "crevices": _crevices(view, noise),
-        "surface": noise.fbm(view.x, view.z, 1.5, 4, view.texel),
-        "bed_edge": noise.fbm(view.x, view.z, 3.0, 3, view.texel),
-        "rail_wear": noise.fbm(view.x, view.z, 4.0, 3, view.texel),
+        "surface": noise.fbm(view.world_x, view.world_z, 1.5, 4, view.texel),
+        "bed_edge": noise.fbm(view.world_x, view.world_z, 3.0, 3, view.texel),
+        "rail_wear": noise.fbm(view.world_x, view.world_z, 4.0, 3, view.texel),
     }
     sleeper_shades = rng.uniform(0.8, 1.15, 1024).astype(np.float32)
     phase = float(rng.uniform(0, spec.sleeper_spacing_m))
@@ -487,16 +508,16 @@ def _crevices(view: _GroundView, noise: _SmoothNoise, wavelength: float = 0.07) 
     Where the stones are too small to resolve it becomes its mean, keeping the far bed's tone.
     """
     width = 0.4
-    crossing = np.exp(-((noise.fbm(view.x, view.z, wavelength, 1) / width) ** 2))
+    crossing = np.exp(-((noise.fbm(view.world_x, view.world_z, wavelength, 1) / width) ** 2))
     mean = 1 / math.sqrt(1 + 2 / width**2)  # E[exp(-(n / width)^2)] for unit normal n
     weight = _resolvable(wavelength, view.texel)
     return weight * crossing + (1 - weight) * np.float32(mean)
 
 
 def _terrain_albedo(spec: BackgroundSpec, view: _GroundView, noise: _SmoothNoise) -> np.ndarray:
-    detail = noise.fbm(view.x, view.z, 1.2, 7, view.texel, gain=0.75)
-    patches = noise.fbm(view.x, view.z, 30.0, 4, view.texel)
-    soil = noise.fbm(view.x, view.z, 12.0, 3, view.texel)
+    detail = noise.fbm(view.world_x, view.world_z, 1.2, 7, view.texel, gain=0.75)
+    patches = noise.fbm(view.world_x, view.world_z, 30.0, 4, view.texel)
+    soil = noise.fbm(view.world_x, view.world_z, 12.0, 3, view.texel)
     grass = _colour(spec.grass_albedo_bgr) * (1 + 0.4 * np.tanh(detail)[..., None])
     # Large patches drift between lush and dry grass (less blue, more red).
     grass *= 1 + 0.12 * patches[..., None] * np.array([-1.0, 0.2, 1.0], dtype=np.float32)
@@ -513,7 +534,7 @@ def _cloud_shadow(spec: BackgroundSpec, view: _GroundView, noise: _SmoothNoise) 
     """Broken cloud shadows; only direct sun under a partly clouded sky casts them."""
     if spec.condition != "normal":
         return np.ones(view.x.shape, dtype=np.float32)
-    shadow = noise.fbm(view.x, view.z, 150.0, 2, view.texel)
+    shadow = noise.fbm(view.world_x, view.world_z, 150.0, 2, view.texel)
     threshold = 1.0 - 2.2 * spec.cloud_cover
     return 1 - 0.35 * _smoothstep(threshold - 0.2, threshold + 0.4, shadow)
 
@@ -634,20 +655,35 @@ class _Painter:
     _SHIFT = 4  # sub-pixel bits for OpenCV drawing
     _MARGIN = 2  # pixels kept between a prop and the track area (anti-aliasing spill)
 
-    def __init__(self, spec: BackgroundSpec, mask: np.ndarray) -> None:
+    def __init__(self, spec: BackgroundSpec, mask: np.ndarray, pose: TrackPose | None = None) -> None:
         self.spec = spec
         self.g = spec.geometry
+        self.pose = pose if pose is not None and pose.advance_m != 0 else None
         self.layer = np.zeros((self.g.height, self.g.width, 4), dtype=np.uint8)
         self.leaves = np.zeros((self.g.height, self.g.width), dtype=np.uint8)  # foliage grain strength
         self._mask_sum = cv2.integral(mask.astype(np.uint8))
         sun = _sun_direction(spec)
         self.sun_side = float(sun[0] / max(math.hypot(sun[0], sun[2]), 1e-6))
 
+    def _camera_xz(self, x: float, z: float) -> tuple[float, float]:
+        """A world ground position in the (possibly advanced) camera's frame."""
+        if self.pose is None:
+            return x, z
+        cx, cz = self.pose.to_camera(x, z)
+        return float(cx), float(cz)
+
     def project(self, x: float, y: float, z: float) -> np.ndarray:
+        x, z = self._camera_xz(x, z)
         u, v = self.g.project(np.array([x]), np.array([y]), np.array([z]))
         return np.array([u[0], v[0]])
 
+    def distance_m(self, x: float, y: float, z: float) -> float:
+        """Camera centre -> world point (x, y, z)."""
+        x, z = self._camera_xz(x, z)
+        return math.sqrt(x * x + z * z + (y - self.g.height_m) ** 2)
+
     def pixels_per_m(self, x: float, y: float, z: float) -> float:
+        x, z = self._camera_xz(x, z)
         return self.g.focal_px / float(self.g.to_camera(np.array([x]), np.array([y]), np.array([z]))[2][0])
 
     def final_colour(self, albedo: BGR, shade: float, distance_m: float, coverage: float = 1.0
@@ -703,9 +739,13 @@ class _Painter:
                      colour, shape.thickness, cv2.LINE_AA, self._SHIFT)
 
 
-def _render_clutter(spec: BackgroundSpec, mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Premultiplied BGRA layer of everything standing on the ground, empty on the track area."""
-    painter = _Painter(spec, mask)
+def _render_clutter(spec: BackgroundSpec, mask: np.ndarray, rng: np.random.Generator,
+                    pose: TrackPose | None = None) -> np.ndarray:
+    """Premultiplied BGRA layer of everything standing on the ground, empty on the track area.
+
+    Props are drawn where they stand in the world; with ``pose`` the camera has moved toward them
+    (those behind it are left out by ``_Painter.draw``)."""
+    painter = _Painter(spec, mask, pose)
     if spec.treeline_distance_m > 0:
         _draw_treeline(painter, rng)
     mast_z = np.arange(rng.uniform(4.0, 4.0 + spec.mast_spacing_m), spec.geometry.track_max_z_m,
@@ -735,7 +775,7 @@ def _composite_over(base: np.ndarray, top: np.ndarray) -> None:
 def _draw_treeline(painter: _Painter, rng: np.random.Generator) -> None:
     """A distant forest edge at constant Z, its canopy a row of round crowns with clearings."""
     g, spec = painter.g, painter.spec
-    depth = spec.treeline_distance_m
+    depth = spec.treeline_distance_m - (painter.pose.advance_m if painter.pose else 0.0)  # far: the turn is ignored
     foot_v = float(painter.project(0.0, 0.0, depth)[1])
     heights = _treeline_heights(g.width, g.focal_px / depth, rng)
     s, c = math.sin(g.pitch_rad), math.cos(g.pitch_rad)
@@ -799,7 +839,7 @@ def _plants(painter: _Painter, rng: np.random.Generator) -> list[_Prop]:
 
 def _plant(painter: _Painter, kind: str, x: float, z: float, height: float, albedo: BGR,
            rng: np.random.Generator) -> _Prop:
-    distance = math.sqrt(x * x + z * z + painter.g.height_m**2)
+    distance = painter.distance_m(x, 0.0, z)
     shapes = []
     if kind != "bush":
         trunk_top = height * (0.35 if kind == "deciduous" else 0.2)
@@ -863,7 +903,7 @@ def _masts(painter: _Painter, mast_z: np.ndarray) -> list[_Prop]:
     for z in mast_z:
         centre = float(g.track_centre_x(z))
         x = centre + spec.mast_side * spec.mast_lateral_m
-        distance = math.sqrt(x * x + z * z + g.height_m**2)
+        distance = painter.distance_m(x, 0.0, z)
         albedo = (0.36, 0.36, 0.35)
         pole = _upright_box(painter, x, z, 0.3, 0.0, 7.6, albedo, 1.0, distance)
         arm = _Shape("line", np.array([painter.project(x, 6.4, z), painter.project(centre, 6.1, z)]),
@@ -881,7 +921,8 @@ def _line_thickness(painter: _Painter, x: float, y: float, z: float, width_m: fl
 def _wires(painter: _Painter, mast_z: np.ndarray) -> list[_Prop]:
     """Contact wire and messenger wire (sagging between masts) over the ego track, as segments."""
     g = painter.g
-    z = np.geomspace(1.0, g.track_max_z_m, 240)
+    advance = painter.pose.advance_m if painter.pose else 0.0
+    z = np.geomspace(1.0, g.track_max_z_m, 240) + advance  # from just ahead of the (moved) camera
     span_position = np.interp(z, mast_z, np.arange(mast_z.size), left=0.0, right=0.0) % 1.0
     contact = np.full_like(z, CONTACT_WIRE_HEIGHT_M)
     messenger = MESSENGER_WIRE_HEIGHT_M - 0.8 * 4 * span_position * (1 - span_position)
@@ -889,7 +930,7 @@ def _wires(painter: _Painter, mast_z: np.ndarray) -> list[_Prop]:
     segments = []
     for wire_y in (contact, messenger):
         for i in range(z.size - 1):
-            distance = math.sqrt(x[i] ** 2 + z[i] ** 2 + (wire_y[i] - g.height_m) ** 2)
+            distance = painter.distance_m(float(x[i]), float(wire_y[i]), float(z[i]))
             width_px = 0.015 * painter.pixels_per_m(x[i], wire_y[i], z[i])
             colour = painter.final_colour((0.08, 0.08, 0.09), 1.0, distance, min(1.0, width_px))
             ends = np.array([painter.project(x[j], wire_y[j], z[j]) for j in (i, i + 1)])

@@ -23,6 +23,9 @@ from synrail.records import (
     AnnotationRow,
     BackgroundRecord,
     ChunkRecord,
+    ClipAnnotationRow,
+    ClipImageRow,
+    ClipRecord,
     GalleryRecord,
     ImageRow,
     InputReport,
@@ -43,6 +46,7 @@ class BuildRecords(BaseModel):
     backgrounds: list[BackgroundRecord]
     gallery: list[GalleryRecord]
     report: InputReport
+    clips: list[ClipRecord] = []  # written only when there are clips (a stills build keeps its bytes)
 
 
 def read_build_records(out: Store) -> BuildRecords:
@@ -74,6 +78,64 @@ def _coco_annotation(row: ManifestAnnotationRow) -> dict[str, Any]:
             "ground_point": [row.ground_u, row.ground_v], "height_m": row.height_m}
 
 
+def _clip_image(row: ClipImageRow, clip: ClipRecord) -> dict[str, Any]:
+    return {"id": row.image_index + 1, "file_name": f"{row.image_id}.jpg", "width": row.width,
+            "height": row.height, "condition": row.condition, "track_type": row.track_type,
+            "background_id": row.background_id, "rail_area": clip.rail_area, "clip_id": row.clip_id,
+            "frame_in_clip": row.frame_in_clip}
+
+
+def _clip_annotation(row: ClipAnnotationRow, annotation_id: int) -> dict[str, Any]:
+    manifest = ManifestAnnotationRow(**row.model_dump(include=set(AnnotationRow.model_fields)),
+                                     annotation_id=annotation_id, split="")
+    return dict(_coco_annotation(manifest), track_id=row.track_id)
+
+
+def clips_csv(clips: Sequence[ClipRecord]) -> str:
+    """``clips.csv``: one line per clip (what ``synrail evaluate --clips`` reads)."""
+    lines = ["clip_id,split,frames,fps,speed_kmh,event,first_file"]
+    for c in sorted(clips, key=lambda c: c.clip_index):
+        lines.append(f"{c.clip_id},{c.split},{c.frames},{c.fps:g},{c.speed_kmh:.3f},{int(c.event)},"
+                     f"images/{c.split}/{c.clip_id}-0000.jpg")
+    return "\n".join(lines) + "\n"
+
+
+def mot_gt(rows: Sequence[ClipAnnotationRow]) -> str:
+    """MOTChallenge ``gt/gt.txt`` of one clip: frame (1-based), id (1-based), box, 1, class (1-based),
+    visibility."""
+    return "".join(f"{r.frame_in_clip + 1},{r.track_id + 1},{r.bbox_x},{r.bbox_y},{r.bbox_w},{r.bbox_h},1,"
+                   f"{r.category_id + 1},{r.visibility:.4f}\n"
+                   for r in sorted(rows, key=lambda r: (r.frame_in_clip, r.track_id)))
+
+
+class ClipTables(BaseModel):
+    """Every clip frame and clip annotation of an export, numbered after the stills."""
+
+    images: list[ClipImageRow]
+    annotations: list[ClipAnnotationRow]
+    annotation_ids: list[int]
+
+
+def _read_clips(clips: Sequence[ClipRecord], out: Store, first_annotation_id: int) -> ClipTables:
+    ordered = sorted(clips, key=lambda c: c.clip_index)
+    images = [r for c in ordered for r in read_rows(out, c.images_path, ClipImageRow)]
+    annotations = [r for c in ordered for r in read_rows(out, c.annotations_path, ClipAnnotationRow)]
+    ids = list(range(first_annotation_id, first_annotation_id + len(annotations)))
+    return ClipTables(images=images, annotations=annotations, annotation_ids=ids)
+
+
+def _write_clips(clips: Sequence[ClipRecord], tables: ClipTables, out: Store) -> None:
+    """clips.csv, MOT ground truth per clip and the clip manifests."""
+    out.write_text("clips.csv", clips_csv(clips))
+    for clip in clips:
+        out.write_text(f"clips/{clip.clip_id}/gt/gt.txt",
+                       mot_gt([r for r in tables.annotations if r.clip_id == clip.clip_id]))
+    out.write_bytes("manifest/clip_frames.parquet", rows_bytes(tables.images, ClipImageRow))
+    out.write_bytes("manifest/clip_annotations.parquet", table_bytes(
+        [dict(r.model_dump(), annotation_id=i) for r, i in zip(tables.annotations, tables.annotation_ids,
+                                                                strict=True)]))
+
+
 def _background_row(record: BackgroundRecord) -> dict[str, Any]:
     row = record.model_dump(mode="json")
     row["geometry"] = json.dumps(row["geometry"], sort_keys=True)
@@ -92,7 +154,8 @@ def _write_report(report: InputReport, out: Store) -> None:
 
 
 def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds: Sequence[BackgroundRecord],
-                   gallery: Sequence[GalleryRecord], out: Store, report: InputReport | None = None) -> ExportSummary:
+                   gallery: Sequence[GalleryRecord], out: Store, report: InputReport | None = None,
+                   clips: Sequence[ClipRecord] = ()) -> ExportSummary:
     """Gather the chunks into the dataset-wide documents of the export contract.
 
     Args:
@@ -102,6 +165,7 @@ def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds:
         gallery: the cutouts they drew from.
         out: the output store (the chunks' tables are read from it, the documents written to it).
         report: the inputs left out, for the card and the manifests.
+        clips: the approach clips (their frames join COCO per split; clips.csv, MOT gt, clip manifests).
 
     Returns:
         Image and annotation counts per split and per class.
@@ -115,11 +179,17 @@ def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds:
                    for annotation_id, row in enumerate(
                        (row for c in ordered for row in read_rows(out, c.annotations_path, AnnotationRow)), start=1)]
     by_id = {b.background_id: b for b in backgrounds}
-    splits = [s for s in SPLITS if any(r.split == s for r in images)]
+    clip_tables = _read_clips(clips, out, len(annotations) + 1)
+    clip_by_id = {c.clip_id: c for c in clips}
+    splits = [s for s in SPLITS if any(r.split == s for r in [*images, *clip_tables.images])]
     for split in splits:
+        clip_split = {c.clip_id for c in clips if c.split == split}
         document = coco_document(
-            [_coco_image(r, by_id[r.background_id]) for r in images if r.split == split],
-            [_coco_annotation(r) for r in annotations if r.split == split],
+            [_coco_image(r, by_id[r.background_id]) for r in images if r.split == split]
+            + [_clip_image(r, clip_by_id[r.clip_id]) for r in clip_tables.images if r.split == split],
+            [_coco_annotation(r) for r in annotations if r.split == split]
+            + [_clip_annotation(r, i) for r, i in zip(clip_tables.annotations, clip_tables.annotation_ids,
+                                                      strict=True) if r.clip_id in clip_split],
             cfg.classes, f"SynRail {cfg.name} {split} (seed {cfg.seed})")
         out.write_text(f"annotations/instances_{split}.json", json.dumps(document, separators=(",", ":")))
     out.write_bytes("manifest/backgrounds.parquet", table_bytes([_background_row(b) for b in backgrounds]))
@@ -127,16 +197,52 @@ def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds:
     out.write_bytes("manifest/images.parquet", table_bytes([r.model_dump() for r in images]))
     out.write_bytes("manifest/annotations.parquet", rows_bytes(annotations, ManifestAnnotationRow))
     _write_report(report, out)
+    if clips:
+        _write_clips(clips, clip_tables, out)
     out.write_text("data.yaml", data_yaml(splits, cfg.classes))
     figures = write_card_figures(out, images, annotations, cfg.classes)
     card = dataset_card(cfg.content_dict(), images, annotations, [b.model_dump() for b in backgrounds],
                         cfg.classes, splits, report)
+    card += clip_card_section(clips, clip_tables)
     out.write_text("dataset_card.md", card + "\n## Figures\n\n" + "\n".join(f"![{p}]({p})" for p in figures) + "\n")
     records = BuildRecords(chunks=sorted(chunks, key=lambda c: c.first), backgrounds=list(backgrounds),
-                           gallery=list(gallery), report=report)
-    out.write_text(BUILD_RECORDS, records.model_dump_json())
+                           gallery=list(gallery), report=report, clips=sorted(clips, key=lambda c: c.clip_index))
+    out.write_text(BUILD_RECORDS, records.model_dump_json(exclude=set() if clips else {"clips"}))
+    all_annotations = [*annotations, *clip_tables.annotations]
+    split_of_clip = {c.clip_id: c.split for c in clips}
     return ExportSummary(
         out_url=out.root_url,
-        images_per_split=dict(Counter(r.split for r in images)),
-        annotations_per_split=dict(Counter(r.split for r in annotations)),
-        annotations_per_class={c: sum(1 for r in annotations if r.class_name == c) for c in cfg.classes})
+        images_per_split=dict(Counter(r.split for r in [*images, *clip_tables.images])),
+        annotations_per_split=dict(Counter([r.split for r in annotations]
+                                           + [split_of_clip[r.clip_id] for r in clip_tables.annotations])),
+        annotations_per_class={c: sum(1 for r in all_annotations if r.class_name == c) for c in cfg.classes})
+
+
+def clip_card_section(clips: Sequence[ClipRecord], tables: ClipTables) -> str:
+    """The card's clip counts (nothing for a build without clips).
+
+    Args:
+        clips: every clip's record.
+        tables: the clips' frame and annotation rows.
+
+    Returns:
+        A Markdown section, or "" without clips.
+    """
+    if not clips:
+        return ""
+    lines = ["", "## Approach clips", "", "| split | clips | frames | event clips | tracks | annotations |",
+             "|---|---|---|---|---|---|"]
+    for split in SPLITS:
+        chosen = [c for c in clips if c.split == split]
+        if not chosen:
+            continue
+        names = {c.clip_id for c in chosen}
+        tracks = {(r.clip_id, r.track_id) for r in tables.annotations if r.clip_id in names}
+        lines.append(f"| {split} | {len(chosen)} | {sum(c.frames for c in chosen)} | "
+                     f"{sum(c.event for c in chosen)} | {len(tracks)} | "
+                     f"{sum(1 for r in tables.annotations if r.clip_id in names)} |")
+    speeds = [c.speed_kmh for c in clips]
+    lines += ["", f"Speed {min(speeds):.0f}-{max(speeds):.0f} km/h at {clips[0].fps:g} fps; obstacles fixed on "
+              "the track; per-frame labels carry `track_id`, frames `clip_id` and `frame_in_clip`; "
+              "`clips.csv` and MOT `clips/<clip_id>/gt/gt.txt`.", ""]
+    return "\n".join(lines)

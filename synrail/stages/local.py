@@ -14,6 +14,7 @@ from synrail.stages.compose import chunk_ranges, compose_chunk
 from synrail.stages.export import ExportSummary, export_dataset
 from synrail.stages.gallery import prepare_gallery_class, prepare_gallery_source, procedural_classes
 from synrail.stages.inputs import check_inputs, input_report, texture_quarantine
+from synrail.stages.sequences import clip_ranges, compose_clips
 from synrail.stages.splits import assign_video_splits
 from synrail.stages.videos import prepare_video_backgrounds, source_videos
 from synrail.storage.lock import build_lock
@@ -77,4 +78,5 @@ def _build_into(cfg: BuildConfig, out: Store, overwrite: bool) -> ExportSummary:
     backgrounds, gallery, report = gather_inputs(cfg, cache)
     chunks = [compose_chunk(cfg, first, stop, backgrounds, gallery, cache, out)
               for first, stop in chunk_ranges(cfg.num_images, cfg.execution.chunk_size)]
-    return export_dataset(cfg, chunks, backgrounds, gallery, out, report)
+    clips = [c for first, stop in clip_ranges(cfg) for c in compose_clips(cfg, first, stop, gallery, cache, out)]
+    return export_dataset(cfg, chunks, backgrounds, gallery, out, report, clips)

@@ -12,7 +12,7 @@ def test_stream_numbers_are_unique_and_keep_the_values_datasets_were_built_with(
     # renumbering a stream would change every existing dataset's bytes
     assert {s.name: s.value for s in Stream} == {
         "BACKGROUND": 1, "GALLERY": 2, "IMAGE": 3, "SPLIT": 4, "DIFFUSION_PROMPTS": 5, "WEATHER": 6,
-        "VIDEO_SEGMENTER_PROMPTS": 7, "PROCEDURAL_OBSTACLE": 2000}
+        "VIDEO_SEGMENTER_PROMPTS": 7, "CLIP": 8, "PROCEDURAL_OBSTACLE": 2000}
     assert (SplitPlan.BACKGROUNDS, SplitPlan.VIDEOS) == (0, 100)
     assert [r.value for r in RenderStream] == [0, 1, 2, 3]
 

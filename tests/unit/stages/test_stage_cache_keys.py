@@ -35,6 +35,7 @@ SECTION_CHANGES: dict[str, dict[str, Any]] = {
     "quality": {"quality": {"threshold": 0.9, "max_resamples": 1}},
     "ingest": {"ingest.images_per_video": 7},
     "inputs": {"inputs.max_image_pixels": 50_000_000},
+    "sequences": {"sequences.clips": 2},
 }
 
 
