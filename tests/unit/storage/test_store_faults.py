@@ -8,7 +8,7 @@ import fsspec
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
-import synrail.store
+import synrail.storage.store
 from synrail.config import load_config
 from synrail.stages.local import build_in_process
 from synrail.storage.store import Store, StoreError, is_transient
@@ -66,7 +66,7 @@ def dataset_files(store: Store) -> set[str]:
 @pytest.fixture
 def flaky(monkeypatch):
     fsspec.register_implementation("flaky", FlakyFileSystem, clobber=True)
-    monkeypatch.setattr(synrail.store, "RETRY_WAIT_S", 0.001)  # the schedule, not the waiting, is tested
+    monkeypatch.setattr(synrail.storage.store, "RETRY_WAIT_S", 0.001)  # the schedule, not the waiting, is tested
     FlakyFileSystem.store.clear()
     FlakyFileSystem.calls = FlakyFileSystem.failures = FlakyFileSystem.depth = 0
     FlakyFileSystem.fail_every = 3
