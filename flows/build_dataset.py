@@ -55,11 +55,15 @@ def _build_into(config: BuildConfig, out: Store, overwrite: bool, show_progress:
 
 def compose_chunks(config: BuildConfig, plan: list[tuple[int, int, list[str] | None]],
                    backgrounds: list[BackgroundRecord], gallery: list[GalleryRecord], cache_url: str, out: Store,
-                   show_progress: bool = False) -> list[ChunkRecord]:
-    """One compose task per (first, stop, splits) of ``plan``, with a progress bar and a progress artifact."""
+                   show_progress: bool = False, chunk_backgrounds: list[list[BackgroundRecord]] | None = None
+                   ) -> list[ChunkRecord]:
+    """One compose task per (first, stop, splits) of ``plan``, with a progress bar and a progress artifact.
+    Every chunk draws from ``backgrounds``, or chunk k from ``chunk_backgrounds[k]`` when given (a
+    video-sourced version: each video's images from its own frames)."""
     compose_task = t.cached(t.compose_chunk, "compose", cache_url)
-    chunks = [compose_task.submit(config, first, stop, backgrounds, gallery, cache_url, out.root_url, splits)
-              for first, stop, splits in plan]
+    pools = chunk_backgrounds if chunk_backgrounds is not None else [backgrounds] * len(plan)
+    chunks = [compose_task.submit(config, first, stop, pool, gallery, cache_url, out.root_url, splits)
+              for (first, stop, splits), pool in zip(plan, pools, strict=True)]
     total = sum(stop - first for first, stop, _ in plan)
     progress_id = create_progress_artifact(progress=0.0, description=f"images composed into {out.root_url}")
     with Progress(TextColumn("composing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
