@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from prefect import flow, unmapped
-from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_progress_artifact, \
-    create_table_artifact, update_progress_artifact
+from prefect.artifacts import create_markdown_artifact, create_progress_artifact, create_table_artifact, \
+    update_progress_artifact
 from prefect.futures import as_completed
 from prefect.runtime import flow_run
 
@@ -17,6 +17,7 @@ from flows.prefect_env import wait_for_task_runs_recorded
 from flows.runners import task_runner_for
 from synrail.config import BuildConfig
 from synrail.export.dataset import ExportSummary
+from synrail.export.plots import preview_data_uri
 from synrail.output import cache_url as build_cache_url
 from synrail.output import claim_output
 from synrail.config import ProceduralSource
@@ -133,16 +134,17 @@ def submit_gallery(config: BuildConfig, cache_url: str
 
 
 def _publish(summary: ExportSummary, out: Store) -> None:
-    """Dataset statistics, the card and a link to the sample grid for the Prefect UI."""
+    """Dataset statistics, the card and the sample grid (embedded as an image) for the Prefect UI."""
     create_table_artifact(key="dataset-counts", description=f"SynRail build at {summary.out_url}", table=[
         {"split": split, "images": n, "annotations": summary.annotations_per_split.get(split, 0)}
         for split, n in summary.images_per_split.items()])
     create_table_artifact(key="dataset-classes", description="annotations per class", table=[
         {"class": name, "annotations": n} for name, n in summary.annotations_per_class.items()])
     create_markdown_artifact(key="dataset-card", markdown=out.read_text("dataset_card.md"))
-    if out.exists("card/samples.png"):
-        create_link_artifact(key="dataset-samples", link=out.url("card/samples.png"),
-                             link_text="sample grid with boxes", description=f"samples of {summary.out_url}")
+    if out.exists("card/samples.png"):  # embedded: the UI cannot open an s3:// or file:// link
+        create_markdown_artifact(key="dataset-samples", description=f"samples of {summary.out_url}", markdown=(
+            f"![sample grid with boxes]({preview_data_uri(out.read_bytes('card/samples.png'))})\n\n"
+            f"Full size: {out.url('card/samples.png')}\n"))
 
 
 def expected_task_runs(config: BuildConfig) -> int:
