@@ -17,6 +17,7 @@ from flows.versions import build_version, ingest_new_videos
 from flows.watch import watch_videos
 from synrail.config import load_config
 from synrail.export.validate import validate_dataset
+from synrail.lock import build_lock
 from synrail.pipeline import BackgroundRecord
 from synrail.rail.geometry import CameraGeometry
 from synrail.store import Store
@@ -129,6 +130,8 @@ def test_new_video_makes_an_incremental_version_beside_the_old(harness, tmp_path
     assert not build_version(TINY, dataset, overrides).published  # the schedule finds nothing to do
 
     write_video(videos / "line2.avi", cab_frames(2, 4))
+    with build_lock(Store(dataset), owner="a long build"):
+        assert watch_videos(TINY, dataset, overrides) == []  # nothing announced while a run holds the root
     assert [Path(u).name for u in watch_videos(TINY, dataset, overrides)] == ["line2.avi"]
     def crash(*args):
         raise RuntimeError("crashed just before publishing")
