@@ -106,7 +106,7 @@ def _full_version(config: BuildConfig, root: Store, force: bool) -> VersionSumma
     if reason and not force:
         return _summary(root, latest, False, [], read_info(root, latest).num_images, reason)
     if config.backgrounds.source == "video":  # sized per video, like the incremental history
-        return _video_version(config, root, listed, None)
+        return _video_version(config, root, listed, None, forced_over=reason)
     version = next_version(root)
     out = version_store(root, version)
     claim_version_folder(out, config)
@@ -118,10 +118,11 @@ def _full_version(config: BuildConfig, root: Store, force: bool) -> VersionSumma
                     "full build" + (f" (forced: {reason})" if reason else ""))
 
 
-def _video_version(config: BuildConfig, root: Store, videos: list[VideoRef], parent_version: str | None
-                   ) -> VersionSummary:
+def _video_version(config: BuildConfig, root: Store, videos: list[VideoRef], parent_version: str | None,
+                   forced_over: str | None = None) -> VersionSummary:
     """A version holding ``images_per_video`` images of each of ``videos`` with usable frames: on top of
-    ``parent_version``'s images (an incremental version), or alone (a full one)."""
+    ``parent_version``'s images (an incremental version), or alone (a full one; ``forced_over`` says
+    why it was not needed, when it was forced)."""
     version = next_version(root)
     out = version_store(root, version)
     claim_version_folder(out, config)
@@ -150,7 +151,8 @@ def _video_version(config: BuildConfig, root: Store, videos: list[VideoRef], par
     added = sum(c.num_images for c in new_chunks)
     per_video = f"{config.ingest.images_per_video} per video with usable frames"
     reason = (f"{added} images from {len(videos)} new video(s) on {parent_version} ({per_video})" if parent_version
-              else f"full build: {added} images from {len(videos)} video(s) ({per_video})")
+              else f"full build: {added} images from {len(videos)} video(s) ({per_video})"
+              + (f" (forced: {forced_over})" if forced_over else ""))
     return _summary(root, version, True, [v.video for v in prepared], info.num_images, reason)
 
 
