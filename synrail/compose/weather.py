@@ -15,7 +15,9 @@ Speed (issue 18, profiled at 1280x720 on one core): albumentations' physics-base
 blurred a full-resolution float layer three times (~140 ms an image); its Gaussian noise drew 2.7
 million normals with numpy's sampler (~55 ms). The flare layer here is blurred at a quarter of the
 resolution (it is smooth at that scale: its narrowest blur is 15 px) and the noise comes from an
-inverse-CDF table indexed by random 16-bit integers: the same effects at ~14 ms and ~8 ms.
+inverse-CDF table indexed by random 16-bit integers: the same effects at ~10 ms and ~8 ms. The
+headlight's per-pixel power is an exp of a looked-up logarithm, and its cone a product of two rows
+of exps (~25 ms to ~10 ms).
 """
 
 from __future__ import annotations
@@ -91,9 +93,20 @@ class HeadlightCone(A.ImageOnlyTransform):
 
     def apply(self, img: np.ndarray, **params: object) -> np.ndarray:
         cone = headlight_cone(img.shape[:2], self.centre, self.sigma)
-        exponent = 1 / (1 + np.float32(self.gain) * cone[:, :, None])
-        out = np.power(img.astype(np.float32) / 255, exponent) * 255
-        return np.clip(out + 0.5, 0, 255).astype(np.uint8)
+        return lift_gamma(img, 1 / (1 + np.float32(self.gain) * cone))
+
+
+_LOG_SHARE = np.log(np.maximum(np.arange(256), 1e-30) / 255).astype(np.float32)  # ln(v / 255); ~-69 for 0
+
+
+def lift_gamma(img: np.ndarray, exponent: np.ndarray) -> np.ndarray:
+    """``255 * (img / 255) ** exponent``, rounded, with ``exponent`` (H x W, float32) per pixel: as
+    ``exp(exponent * ln(img / 255))``, the logarithm looked up and the exp OpenCV's, about half the
+    time of numpy's power and within one grey level of it."""
+    height, width, channels = img.shape
+    logs = cv2.LUT(img, _LOG_SHARE)
+    logs *= exponent[:, :, None]
+    return cv2.convertScaleAbs(cv2.exp(logs.reshape(height, width * channels)), alpha=255).reshape(img.shape)
 
 
 class SensorNoise(A.ImageOnlyTransform):
@@ -177,7 +190,7 @@ def headlight_cone(shape: tuple[int, int], centre: tuple[float, float], sigma: t
     height, width = shape
     x = (np.arange(width, dtype=np.float32) / width - centre[0]) / sigma[0]
     y = (np.arange(height, dtype=np.float32) / height - centre[1]) / sigma[1]
-    return np.exp(-0.5 * (y[:, None] ** 2 + x[None, :] ** 2))
+    return np.outer(np.exp(-0.5 * y ** 2), np.exp(-0.5 * x ** 2))  # separable: two rows of exps, not H x W
 
 
 # -- depth for fog -------------------------------------------------------------------------------
