@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 from prefect import flow, unmapped
 from prefect.artifacts import (
-    create_link_artifact,
     create_markdown_artifact,
     create_progress_artifact,
     create_table_artifact,
@@ -21,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from flows.prefect_env import wait_for_task_runs_recorded
 from flows.runners import task_runner_for
 from synrail.config import BuildConfig, ProceduralSource
+from synrail.export.plots import preview_data_uri
 from synrail.extras import check_extras
 from synrail.records import (
     BackgroundRecord,
@@ -81,11 +81,15 @@ def submit_clips(config: BuildConfig, gallery: list[GalleryRecord], cache_url: s
 
 def compose_chunks(config: BuildConfig, plan: list[tuple[int, int, list[str] | None]],
                    backgrounds: list[BackgroundRecord], gallery: list[GalleryRecord], cache_url: str, out: Store,
-                   show_progress: bool = False) -> list[ChunkRecord]:
-    """One compose task per (first, stop, splits) of ``plan``, with a progress bar and a progress artifact."""
+                   show_progress: bool = False, chunk_backgrounds: list[list[BackgroundRecord]] | None = None
+                   ) -> list[ChunkRecord]:
+    """One compose task per (first, stop, splits) of ``plan``, with a progress bar and a progress artifact.
+    Every chunk draws from ``backgrounds``, or chunk k from ``chunk_backgrounds[k]`` when given (a
+    video-sourced version: each video's images from its own frames)."""
     compose_task = t.cached(t.compose_chunk, "compose", cache_url)
-    chunks = [compose_task.submit(config, first, stop, backgrounds, gallery, cache_url, out.root_url, splits)
-              for first, stop, splits in plan]
+    pools = chunk_backgrounds if chunk_backgrounds is not None else [backgrounds] * len(plan)
+    chunks = [compose_task.submit(config, first, stop, pool, gallery, cache_url, out.root_url, splits)
+              for (first, stop, splits), pool in zip(plan, pools, strict=True)]
     total = sum(stop - first for first, stop, _ in plan)
     progress_id = create_progress_artifact(progress=0.0, description=f"images composed into {out.root_url}")
     with Progress(TextColumn("composing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -157,16 +161,17 @@ def submit_gallery(config: BuildConfig, cache_url: str
 
 
 def _publish(summary: ExportSummary, out: Store) -> None:
-    """Dataset statistics, the card and a link to the sample grid for the Prefect UI."""
+    """Dataset statistics, the card and the sample grid (embedded as an image) for the Prefect UI."""
     create_table_artifact(key="dataset-counts", description=f"SynRail build at {summary.out_url}", table=[
         {"split": split, "images": n, "annotations": summary.annotations_per_split.get(split, 0)}
         for split, n in summary.images_per_split.items()])
     create_table_artifact(key="dataset-classes", description="annotations per class", table=[
         {"class": name, "annotations": n} for name, n in summary.annotations_per_class.items()])
     create_markdown_artifact(key="dataset-card", markdown=out.read_text("dataset_card.md"))
-    if out.exists("card/samples.png"):
-        create_link_artifact(key="dataset-samples", link=out.url("card/samples.png"),
-                             link_text="sample grid with boxes", description=f"samples of {summary.out_url}")
+    if out.exists("card/samples.png"):  # embedded: the UI cannot open an s3:// or file:// link
+        create_markdown_artifact(key="dataset-samples", description=f"samples of {summary.out_url}", markdown=(
+            f"![sample grid with boxes]({preview_data_uri(out.read_bytes('card/samples.png'))})\n\n"
+            f"Full size: {out.url('card/samples.png')}\n"))
 
 
 def expected_task_runs(config: BuildConfig) -> int:

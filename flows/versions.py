@@ -2,7 +2,9 @@
 ``ingest-new-videos`` (an incremental version, run by the new-video event; see flows/watch.py).
 
 Both hold the dataset root's lock for the whole run, make a complete version under
-``versions/<id>`` and switch ``latest`` to it only at the end (``synrail.versions``).
+``versions/<id>`` and switch ``latest`` to it only at the end (``synrail.versions``). Runs on one
+root queue: a run that finds the lock held waits for it (``lock_wait_s``, a day by default) and then
+works from the version the other run published.
 """
 
 from __future__ import annotations
@@ -14,18 +16,19 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.build_dataset import build_dataset, compose_chunks, export, submit_gallery
 from synrail.config import BuildConfig, load_config
-from synrail.records import VideoBackgrounds
+from synrail.errors import InputError
+from synrail.records import BackgroundRecord, InputReport, VideoBackgrounds
 from synrail.sources.video import VideoRef
-from synrail.stages.export import read_build_records
+from synrail.stages.export import BuildRecords, read_build_records
 from synrail.stages.inputs import input_report
 from synrail.stages.versions import (
     VersionSummary,
     carry_over,
     claim_version_folder,
-    incremental_plan,
     latest_version,
     merged_records,
     next_version,
+    per_video_plan,
     prune_unreferenced,
     publish,
     read_info,
@@ -36,9 +39,11 @@ from synrail.stages.versions import (
     video_split,
 )
 from synrail.stages.videos import source_videos
-from synrail.storage.lock import build_lock
+from synrail.storage.lock import LockHolder, build_lock
 from synrail.storage.store import Store
 from tasks import build as t
+
+LOCK_WAIT_S = 24 * 3600.0  # how long a run queues behind another run on the same root before failing
 
 
 def versioned_config(config_path: str | None, overrides: dict[str, Any] | None, root: Store) -> BuildConfig:
@@ -50,47 +55,73 @@ def versioned_config(config_path: str | None, overrides: dict[str, Any] | None, 
         update={"cache_url": shared_cache_url(root)})})
 
 
+def _say_waiting(holder: LockHolder) -> None:
+    print(f"the dataset root is held by {holder.describe()}; waiting for it to finish")
+
+
 @flow(name="build-version", log_prints=True)
-def build_version(config_path: str | None, dataset_url: str, overrides: dict[str, Any] | None = None
-                  ) -> VersionSummary:
-    """Rebuild the whole dataset as a new version, unless the latest already is this very build."""
+def build_version(config_path: str | None, dataset_url: str, overrides: dict[str, Any] | None = None,
+                  force: bool = False, lock_wait_s: float = LOCK_WAIT_S) -> VersionSummary:
+    """Rebuild the whole dataset as a new version, unless the latest already is this very build.
+
+    Args:
+        config_path: the build config (None: the embedded default).
+        dataset_url: the versioned dataset root (a folder or an s3:// prefix).
+        overrides: config fields to override, dotted names to values (``{"num_images": 20}``).
+        force: build a new version even when config, code version and videos are unchanged.
+        lock_wait_s: how long to queue behind another run on this root before failing.
+
+    Returns:
+        What the run published (or why it published nothing).
+    """
     root = Store(dataset_url)
     config = versioned_config(config_path, overrides, root)
-    with build_lock(root, owner="build-version"):
-        return _full_version(config, root)
+    with build_lock(root, owner="build-version", wait_s=lock_wait_s, on_wait=_say_waiting):
+        return _full_version(config, root, force)
 
 
 @flow(name="ingest-new-videos", log_prints=True)
 def ingest_new_videos(config_path: str | None, dataset_url: str, overrides: dict[str, Any] | None = None,
-                      video_url: str | None = None) -> VersionSummary:
+                      video_url: str | None = None, lock_wait_s: float = LOCK_WAIT_S) -> VersionSummary:
     """Add every video under the configured prefix that no version has seen yet.
 
-    ``video_url`` names the video whose event started the run, for the record only: the flow lists
-    the prefix itself, so one run catches every video that landed, and a repeated event does nothing.
+    Args:
+        config_path: the build config (None: the embedded default).
+        dataset_url: the versioned dataset root (a folder or an s3:// prefix).
+        overrides: config fields to override, dotted names to values.
+        video_url: the video whose event started the run, for the record only: the flow lists the
+            prefix itself, so one run catches every video that landed, and a repeated event does nothing.
+        lock_wait_s: how long to queue behind another run on this root before failing.
+
+    Returns:
+        What the run published (or why it published nothing).
     """
     root = Store(dataset_url)
     config = versioned_config(config_path, overrides, root)
-    with build_lock(root, owner=f"ingest-new-videos ({video_url or 'reconcile'})"):
+    owner = f"ingest-new-videos ({video_url or 'reconcile'})"
+    with build_lock(root, owner=owner, wait_s=lock_wait_s, on_wait=_say_waiting):
         latest = latest_version(root)
         if latest is None:
-            return _full_version(config, root)
+            return _full_version(config, root, force=False)
         parent = read_info(root, latest)
         if parent.build_hash != config.build_hash():
             print(f"{latest} was built from another config ({parent.build_hash}); building a full version")
-            return _full_version(config, root)
+            return _full_version(config, root, force=False)
         known = set(parent.videos)
         new = [ref for ref in source_videos(config) if ref.name not in known]
         if not new:
             return _summary(root, latest, False, [], parent.num_images, "no new video")
-        return _incremental_version(config, root, latest, new)
+        return _video_version(config, root, new, latest)
 
 
-def _full_version(config: BuildConfig, root: Store) -> VersionSummary:
+def _full_version(config: BuildConfig, root: Store, force: bool) -> VersionSummary:
     listed = source_videos(config) if config.backgrounds.source != "procedural" else []
     reason = unchanged_reason(config, root, listed)
     latest = latest_version(root)
-    if reason:
+    if reason and not force:
         return _summary(root, latest, False, [], read_info(root, latest).num_images, reason)
+    if config.backgrounds.source == "video":  # sized per video, like the incremental history
+        return _video_version(config, root, listed, None, forced_over=reason)
     version = next_version(root)
     out = version_store(root, version)
     claim_version_folder(out, config)
@@ -98,34 +129,52 @@ def _full_version(config: BuildConfig, root: Store) -> VersionSummary:
     records = read_build_records(out)
     info = version_info(config, root, version, "full", records)
     publish(root, info)
-    return _summary(root, version, True, info.videos, info.num_images, "full build")
+    return _summary(root, version, True, info.videos, info.num_images,
+                    "full build" + (f" (forced: {reason})" if reason else ""))
 
 
-def _incremental_version(config: BuildConfig, root: Store, parent_version: str, new: list[VideoRef]
-                         ) -> VersionSummary:
+def _video_version(config: BuildConfig, root: Store, videos: list[VideoRef], parent_version: str | None,
+                   forced_over: str | None = None) -> VersionSummary:
+    """A version holding ``images_per_video`` images of each of ``videos`` with usable frames: on top of
+    ``parent_version``'s images (an incremental version), or alone (a full one; ``forced_over`` says
+    why it was not needed, when it was forced)."""
     version = next_version(root)
     out = version_store(root, version)
     claim_version_folder(out, config)
     cache_url = config.execution.cache_url
-    parent = carry_over(version_store(root, parent_version), out)
+    parent = carry_over(version_store(root, parent_version), out) if parent_version else None
     video_task = t.cached(t.prepare_video, "video", cache_url)
-    splits = [video_split(config, ref.name) for ref in new]
-    video_futures = video_task.map(unmapped(config), new, splits, unmapped(cache_url))
+    splits = [video_split(config, ref.name) for ref in videos]
+    video_futures = video_task.map(unmapped(config), videos, splits, unmapped(cache_url))
     gallery, sources = submit_gallery(config, cache_url)()  # cached by the parent's build, mostly
-    videos = t.as_records(VideoBackgrounds, video_futures.result())
-    new_backgrounds = [record for video in videos for record in video.records]
-    backgrounds, report = merged_records(parent, new_backgrounds, input_report(videos, sources))
-    first = sum(c.num_images for c in parent.chunks)
-    new_chunks = compose_chunks(config, incremental_plan(config, first, new_backgrounds), new_backgrounds, gallery,
-                                cache_url, out)
-    chunks = parent.chunks + new_chunks
+    prepared = t.as_records(VideoBackgrounds, video_futures.result())
+    new_backgrounds = [record for video in prepared for record in video.records]
+    report = input_report(prepared, sources)
+    if parent is None and not new_backgrounds:
+        raise InputError(f"no usable background in any of the {len(videos)} videos ({len(report.quarantine)} "
+                         "quarantined): add videos or loosen backgrounds.video.sampling.filters")
+    backgrounds, report = _with_parent(parent, new_backgrounds, report)
+    first = sum(c.num_images for c in parent.chunks) if parent else 0
+    plan = per_video_plan(config, first, new_backgrounds)
+    new_chunks = compose_chunks(config, [(c.first, c.stop, c.splits) for c in plan], new_backgrounds, gallery,
+                                cache_url, out, chunk_backgrounds=[c.backgrounds for c in plan])
+    chunks = (parent.chunks if parent else []) + new_chunks
     export(config, chunks, backgrounds, gallery, report, cache_url, out)
     prune_unreferenced(out, chunks)
-    info = version_info(config, root, version, "incremental", read_build_records(out))
+    info = version_info(config, root, version, "incremental" if parent else "full", read_build_records(out))
     publish(root, info)
     added = sum(c.num_images for c in new_chunks)
-    return _summary(root, version, True, [v.video for v in videos], info.num_images,
-                    f"{added} images from {len(new)} new video(s) on {parent_version}")
+    per_video = f"{config.ingest.images_per_video} per video with usable frames"
+    reason = (f"{added} images from {len(videos)} new video(s) on {parent_version} ({per_video})" if parent_version
+              else f"full build: {added} images from {len(videos)} video(s) ({per_video})"
+              + (f" (forced: {forced_over})" if forced_over else ""))
+    return _summary(root, version, True, [v.video for v in prepared], info.num_images, reason)
+
+
+def _with_parent(parent: BuildRecords | None, backgrounds: list[BackgroundRecord], report: InputReport
+                 ) -> tuple[list[BackgroundRecord], InputReport]:
+    """The version's backgrounds and input report: the parent's with the new videos' added."""
+    return merged_records(parent, backgrounds, report) if parent else (backgrounds, report)
 
 
 def _summary(root: Store, version: str | None, published: bool, new_videos: list[str], num_images: int,

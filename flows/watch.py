@@ -3,7 +3,9 @@ latest dataset version has seen, and emits one ``synrail.video.landed`` event pe
 ``ingest-new-videos`` deployment's trigger (prefect.yaml) turns each event into an incremental run.
 
 Polling needs no inbound network and no bucket notifications; it also reconciles, so a video whose
-event was lost is announced again on the next tick (the ingest run is idempotent).
+event was lost is announced again on the next tick (the ingest run is idempotent). While a run holds
+the dataset root, the watcher announces nothing: an event then would only queue another ingest run
+behind it, one per tick of a long build; the first tick after that run announces what it left out.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from prefect.events import emit_event
 from flows.versions import versioned_config
 from synrail.stages.versions import latest_version, read_info
 from synrail.stages.videos import source_videos
+from synrail.storage.lock import current_holder, is_stale
 from synrail.storage.store import Store
 
 VIDEO_LANDED = "synrail.video.landed"
@@ -32,6 +35,10 @@ def watch_videos(config_path: str | None, dataset_url: str, overrides: dict[str,
     config = versioned_config(config_path, overrides, root)
     if config.backgrounds.source != "video":
         raise ValueError(f"config {config_path} takes procedural backgrounds: there is no video prefix to watch")
+    holder = current_holder(root)
+    if holder is not None and not is_stale(holder):
+        print(f"{root.root_url} is held by {holder.describe()}; announcing new videos once it is done")
+        return []
     latest = latest_version(root)
     known = set(read_info(root, latest).videos) if latest else set()
     new = [ref for ref in source_videos(config) if ref.name not in known]

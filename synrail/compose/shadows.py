@@ -121,6 +121,28 @@ def _foot_columns(silhouette: np.ndarray, height_px: int) -> np.ndarray:
     return np.arange(cols[0], cols[-1] + 1)
 
 
+def _kernel_radius(sigma: float) -> int:
+    """Half the size of the kernel ``cv2.GaussianBlur`` builds for a float image and ``sigma``."""
+    return (round(sigma * 8 + 1) | 1) // 2
+
+
+def _blur_near_content(field: np.ndarray, sigma_x: float, sigma_y: float) -> np.ndarray:
+    """``cv2.GaussianBlur(field, (0, 0), sigma_x, sigma_y)`` for a field that is zero outside a small
+    box, computed on that box grown by the kernel's reach (the shadow frame is mostly empty: a low
+    sun makes it several object heights wide). Outside the grown box the blur is zero either way;
+    at the frame's edge the field counts as zero beyond it instead of mirrored."""
+    rows, cols = np.nonzero(field.any(axis=1))[0], np.nonzero(field.any(axis=0))[0]
+    out = np.zeros_like(field)
+    if rows.size == 0:
+        return out
+    reach_y, reach_x = _kernel_radius(sigma_y), _kernel_radius(sigma_x)
+    y0, y1 = max(rows[0] - reach_y, 0), min(rows[-1] + reach_y + 1, field.shape[0])
+    x0, x1 = max(cols[0] - reach_x, 0), min(cols[-1] + reach_x + 1, field.shape[1])
+    out[y0:y1, x0:x1] = cv2.GaussianBlur(field[y0:y1, x0:x1], (0, 0), sigmaX=sigma_x, sigmaY=sigma_y,
+                                         borderType=cv2.BORDER_CONSTANT)
+    return out
+
+
 def _occlusion_blob(shape: tuple[int, int], foot: np.ndarray, ground: int, height_px: int,
                     flatten: float) -> np.ndarray:
     """A soft ellipse under the object's foot columns, where skylight cannot reach the ground."""
@@ -129,7 +151,8 @@ def _occlusion_blob(shape: tuple[int, int], foot: np.ndarray, ground: int, heigh
     blob = np.zeros(shape, dtype=np.float32)
     cv2.ellipse(blob, (int(round((foot[0] + foot[-1]) / 2)), ground), (int(round(half_w)), int(round(half_h))),
                 0, 0, 360, 1.0, thickness=-1)
-    return cv2.GaussianBlur(blob, (0, 0), max(0.7, 0.5 * half_h))
+    sigma = max(0.7, 0.5 * half_h)
+    return _blur_near_content(blob, sigma, sigma)
 
 
 def _shadow_slopes(azimuth_deg: float, elevation_deg: float, flatten: float) -> tuple[float, float]:
@@ -189,7 +212,7 @@ def contact_shadow(canvas_bgr: np.ndarray, object_mask: _Window, ground_row: int
     cast = _with_footprint(_cast_silhouette(silhouette, ground, shear_x, slope_y),
                            int(round(_FOOTPRINT_DEPTH * flatten * foot.size)))
     # The penumbra lies on the ground too: foreshortened vertically like the shadow itself.
-    cast = cv2.GaussianBlur(cast, (0, 0), sigmaX=sigma, sigmaY=max(0.5, sigma * flatten))
+    cast = _blur_near_content(cast, sigma, max(0.5, sigma * flatten))
     occlusion = _occlusion_blob(silhouette.shape, foot, ground, height_px, flatten)
     core = strength * (_SOFTNESS[0] + _SOFTNESS_REF) / (softness + _SOFTNESS_REF)  # full strength when sharpest
     darkness = np.maximum(cast * core, occlusion * (strength * _AO_SHARE))

@@ -10,16 +10,26 @@ is given, so the same generator state gives identical bytes.
 Condition tags: ``choose_condition`` returns the tag the image records; ``weather_effect`` turns
 that tag and the background's own tag into the effect to apply (never a second dose of the
 weather a background already shows).
+
+Speed (issue 18, profiled at 1280x720 on one core): albumentations' physics-based sun flare
+blurred a full-resolution float layer three times (~140 ms an image); its Gaussian noise drew 2.7
+million normals with numpy's sampler (~55 ms). The flare layer here is blurred at a quarter of the
+resolution (it is smooth at that scale: its narrowest blur is 15 px) and the noise comes from an
+inverse-CDF table indexed by random 16-bit integers: the same effects at ~10 ms and ~8 ms. The
+headlight's per-pixel power is an exp of a looked-up logarithm, and its cone a product of two rows
+of exps (~25 ms to ~10 ms).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from typing import Protocol
 
 import cv2
 import numpy as np
+from scipy.special import ndtri
 
 from synrail.compose.weather_config import ADVERSE_BACKGROUNDS, WEATHER_CONDITIONS, WeatherConfig
 from synrail.rail.geometry import CameraGeometry
@@ -85,9 +95,144 @@ class HeadlightCone(A.ImageOnlyTransform):
     def apply(self, img: np.ndarray, **params: object) -> np.ndarray:
         """The image with the cone's gamma lift (albumentations calls this; ``params`` are unused)."""
         cone = headlight_cone(img.shape[:2], self.centre, self.sigma)
-        exponent = 1 / (1 + np.float32(self.gain) * cone[:, :, None])
-        out = np.power(img.astype(np.float32) / 255, exponent) * 255
-        return np.clip(out + 0.5, 0, 255).astype(np.uint8)
+        return lift_gamma(img, 1 / (1 + np.float32(self.gain) * cone))
+
+
+_LOG_SHARE = np.log(np.maximum(np.arange(256), 1e-30) / 255).astype(np.float32)  # ln(v / 255); ~-69 for 0
+
+
+def lift_gamma(img: np.ndarray, exponent: np.ndarray) -> np.ndarray:
+    """``255 * (img / 255) ** exponent``, rounded, with ``exponent`` (H x W, float32) per pixel: as
+    ``exp(exponent * ln(img / 255))``, the logarithm looked up and the exp OpenCV's, about half the
+    time of numpy's power and within one grey level of it.
+
+    Args:
+        img: H x W x C uint8 image.
+        exponent: H x W float32 gamma per pixel.
+
+    Returns:
+        The lifted uint8 image.
+    """
+    height, width, channels = img.shape
+    logs = cv2.LUT(img, _LOG_SHARE)
+    logs *= exponent[:, :, None]
+    return cv2.convertScaleAbs(cv2.exp(logs.reshape(height, width * channels)), alpha=255).reshape(img.shape)
+
+
+class SensorNoise(A.ImageOnlyTransform):
+    """Additive Gaussian sensor noise, independent per pixel and channel, of ``std`` (a share of 255).
+
+    Normals come from an inverse-CDF table of 65,536 quantiles indexed by random 16-bit integers
+    (the tails are cut at 4.2 standard deviations), several times faster than drawing them; the
+    generator is the one albumentations seeds from the pipeline's seed.
+    """
+
+    def __init__(self, std: float, p: float = 1.0):
+        super().__init__(p=p)
+        self.std = float(std)
+
+    def apply(self, img: np.ndarray, **params: object) -> np.ndarray:
+        """``img`` with the noise added (albumentations' transform hook).
+
+        Args:
+            img: the uint8 image.
+            params: albumentations' drawn parameters (unused).
+
+        Returns:
+            The noisy uint8 image.
+        """
+        return add_gaussian_noise(img, self.std * 255, self.random_generator)
+
+
+def _gaussian_quantiles() -> np.ndarray:
+    return ndtri((np.arange(65536) + 0.5) / 65536).astype(np.float32)
+
+
+_QUANTILES = _gaussian_quantiles()
+
+
+def add_gaussian_noise(img: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    """``img`` (uint8) plus Gaussian noise of ``sigma`` grey levels, rounded and saturated.
+
+    Args:
+        img: the uint8 image.
+        sigma: the noise's standard deviation in grey levels.
+        rng: the generator albumentations seeded.
+
+    Returns:
+        The noisy uint8 image.
+    """
+    noise = np.take(_QUANTILES * np.float32(sigma), rng.integers(0, 65536, img.shape, dtype=np.uint16))
+    return cv2.add(img, noise, dtype=cv2.CV_8U)
+
+
+class SunFlare(A.RandomSunFlare):
+    """albumentations' physics-based sun flare (the same drawn parameters and layer: source, four
+    diffraction spikes, flare circles, a 15 px blur, a radial fade, chromatic aberration, screen
+    blending), with the smooth flare layer computed at a quarter of the resolution."""
+
+    def __init__(self, **kwargs: object):
+        super().__init__(method="physics_based", **kwargs)
+
+    def apply(self, img: np.ndarray, flare_center: tuple[int, int], circles: list, **params: object) -> np.ndarray:
+        """``img`` with the flare drawn (albumentations' transform hook).
+
+        Args:
+            img: the uint8 image.
+            flare_center: the flare source's pixel, drawn by albumentations.
+            circles: the flare circles, drawn by albumentations.
+            params: the other drawn parameters (unused).
+
+        Returns:
+            The image with the flare.
+        """
+        return add_sun_flare(img, flare_center, self.src_radius, self.src_color, circles)
+
+
+_FLARE_SCALE = 4  # the flare layer's resolution divisor
+
+
+def add_sun_flare(img: np.ndarray, centre: tuple[int, int], radius: int, colour: tuple[int, int, int],
+                  circles: list) -> np.ndarray:
+    """``albumentations.augmentations.pixel.functional.add_sun_flare_physics_based``, with the blurs,
+    the fade and the aberration on a layer of a quarter of the resolution (drawn at full resolution,
+    so a 2 px spike keeps its light, then area-averaged), upsampled before the screen blend.
+
+    Args:
+        img: the uint8 image.
+        centre: the flare source's pixel.
+        radius: the source's radius in pixels.
+        colour: the flare's colour.
+        circles: albumentations' flare circles.
+
+    Returns:
+        The image with the flare.
+    """
+    height, width = img.shape[:2]
+    layer = np.zeros((height, width, 3), dtype=np.uint8)  # overlapping draws overwrite: uint8 is exact
+    cv2.circle(layer, centre, radius, colour, -1)
+    reach = max(width, height)
+    for angle in (0, 45, 90, 135):
+        end = (int(centre[0] + math.cos(math.radians(angle)) * reach),
+               int(centre[1] + math.sin(math.radians(angle)) * reach))
+        cv2.line(layer, centre, end, colour, 2)
+    for _, circle_centre, size, circle_colour in circles:
+        cv2.circle(layer, circle_centre, int(size ** 0.33), circle_colour, -1)
+    small_size = (math.ceil(width / _FLARE_SCALE), math.ceil(height / _FLARE_SCALE))
+    small = cv2.resize(layer.astype(np.float32), small_size, interpolation=cv2.INTER_AREA)
+    small = cv2.GaussianBlur(small, (0, 0), 15 / _FLARE_SCALE)
+    # the radial fade, at each small pixel's full-resolution centre
+    ys = (np.arange(small_size[1], dtype=np.float32) + 0.5) * height / small_size[1] - 0.5
+    xs = (np.arange(small_size[0], dtype=np.float32) + 0.5) * width / small_size[0] - 0.5
+    distance = np.sqrt((xs[None, :] - centre[0]) ** 2 + (ys[:, None] - centre[1]) ** 2)
+    small *= (1 - np.clip(distance / (reach * 0.7), 0, 1))[:, :, None]
+    channels = list(cv2.split(small))  # chromatic aberration: the outer channels blur more
+    channels[0] = cv2.GaussianBlur(channels[0], (0, 0), 3 / _FLARE_SCALE)
+    channels[2] = cv2.GaussianBlur(channels[2], (0, 0), 5 / _FLARE_SCALE)
+    flare = cv2.resize(cv2.merge(channels), (width, height), interpolation=cv2.INTER_LINEAR)
+    # screen blend, 255 - (255 - img) * (255 - flare) / 255, in uint8
+    return cv2.bitwise_not(cv2.multiply(cv2.bitwise_not(img), cv2.bitwise_not(cv2.convertScaleAbs(flare)),
+                                        scale=1 / 255))
 
 
 def headlight_cone(shape: tuple[int, int], centre: tuple[float, float], sigma: tuple[float, float]) -> np.ndarray:
@@ -95,7 +240,7 @@ def headlight_cone(shape: tuple[int, int], centre: tuple[float, float], sigma: t
     height, width = shape
     x = (np.arange(width, dtype=np.float32) / width - centre[0]) / sigma[0]
     y = (np.arange(height, dtype=np.float32) / height - centre[1]) / sigma[1]
-    return np.exp(-0.5 * (y[:, None] ** 2 + x[None, :] ** 2))
+    return np.outer(np.exp(-0.5 * y ** 2), np.exp(-0.5 * x ** 2))  # separable: two rows of exps, not H x W
 
 
 # -- depth for fog -------------------------------------------------------------------------------
@@ -184,7 +329,7 @@ def _dark(cfg: WeatherConfig, rng: np.random.Generator) -> list[A.BasicTransform
                                         sigma=(rng.uniform(0.2, 0.3), rng.uniform(0.25, 0.4)),
                                         gain=rng.uniform(*cfg.headlight_gain)))
     # Sensor noise last: it is added to the light that reaches the sensor, headlights included.
-    transforms.append(A.GaussNoise(std_range=(noise, noise), per_channel=True, p=1))
+    transforms.append(SensorNoise(std=noise))
     return transforms
 
 
@@ -193,8 +338,8 @@ def _glare(cfg: WeatherConfig, rng: np.random.Generator, shape: tuple[int, int])
     return [
         A.RandomBrightnessContrast(brightness_limit=(0, 0), contrast_limit=(-0.25, -0.1), p=1),  # veiling glare
         # physics_based: a bright source with a soft halo; "overlay" paints ghost disks a third of the image wide
-        A.RandomSunFlare(flare_roi=cfg.glare_roi, src_radius=max(radius, 1), src_color=(255, 244, 224),
-                         num_flare_circles_range=(4, 8), method="physics_based", p=1),
+        SunFlare(flare_roi=cfg.glare_roi, src_radius=max(radius, 1), src_color=(255, 244, 224),
+                 num_flare_circles_range=(4, 8), p=1),
     ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import io
 from collections import Counter
 from collections.abc import Sequence
@@ -65,6 +66,30 @@ def sample_grid(out: Store, images: Sequence[ImageRow], annotations: Sequence[Ma
     grid = np.vstack([np.hstack(tiles[i:i + 2]) for i in range(0, len(tiles), 2)])
     ok, png = cv2.imencode(".png", grid)
     return png.tobytes()
+
+
+def preview_data_uri(image_bytes: bytes, max_width: int = 960, quality: int = 75) -> str:
+    """An encoded image as a ``data:image/jpeg;base64,...`` URI, at most ``max_width`` pixels wide: a
+    page (the Prefect UI's markdown artifacts) shows it with no file server, for local and S3 outputs.
+
+    Args:
+        image_bytes: a PNG or JPEG file's bytes (the sample grid).
+        max_width: the preview's width limit in pixels; larger images are shrunk.
+        quality: the preview's JPEG quality.
+
+    Returns:
+        The data URI.
+    """
+    pixels = cv2.imdecode(np.frombuffer(image_bytes, np.uint8), cv2.IMREAD_COLOR)
+    if pixels is None:
+        raise ValueError("not a decodable image")
+    if pixels.shape[1] > max_width:
+        scale = max_width / pixels.shape[1]
+        pixels = cv2.resize(pixels, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+    ok, jpeg = cv2.imencode(".jpg", pixels, [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:
+        raise ValueError(f"OpenCV could not encode a {pixels.shape} preview")
+    return "data:image/jpeg;base64," + base64.b64encode(jpeg.tobytes()).decode("ascii")
 
 
 def write_card_figures(out: Store, images: Sequence[ImageRow], annotations: Sequence[ManifestAnnotationRow],

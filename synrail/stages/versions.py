@@ -12,6 +12,12 @@ Layout of a dataset root (a folder or an s3:// prefix)::
 A full version composes every image; an incremental one copies its parent's images (hard links on a
 local disk, server-side copies on an object store), composes only the new videos' images, and
 exports the union. ``flows/versions.py`` runs these steps as Prefect flows.
+
+Size of a video-sourced version: ``ingest.images_per_video`` images per video with usable frames
+(``num_images`` applies to procedural backgrounds only), each video whole in one split (a stable
+hash of its name) and its images drawn from its own frames, numbered video by video in name order.
+A full build therefore holds exactly what the incremental history added, video for video, and
+when the videos landed in name order it reproduces that history image for image.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import shutil
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from synrail.config import BuildConfig
 from synrail.records import SPLITS, BackgroundRecord, ChunkRecord, InputReport, Record
@@ -196,24 +203,40 @@ def video_split(cfg: BuildConfig, name: str) -> str:
     return next(s for s in reversed(SPLITS) if cfg.splits.fractions()[s] > 0)
 
 
-def incremental_plan(cfg: BuildConfig, first_index: int, backgrounds: Sequence[BackgroundRecord]
-                     ) -> list[tuple[int, int, list[str]]]:
-    """Chunks (first, stop, splits) of the new images: ``ingest.images_per_video`` for each new video
-    with usable frames, each image in its video's split, numbered on from the parent's images.
+class PlannedChunk(NamedTuple):
+    """One compose task of a video-sourced version: images ``first..stop-1`` of one video."""
+
+    first: int
+    stop: int
+    splits: list[str]  # the split of each image: its video's
+    backgrounds: list[BackgroundRecord]  # the video's usable frames, the only ones its images draw from
+
+
+def per_video_plan(cfg: BuildConfig, first_index: int, backgrounds: Sequence[BackgroundRecord]
+                   ) -> list[PlannedChunk]:
+    """The chunks of ``ingest.images_per_video`` images for each video with usable frames, videos in
+    name order, numbered on from ``first_index`` (0 for a full version, the parent's count for an
+    incremental one); a chunk never spans two videos.
 
     Args:
-        cfg: the build config (``ingest``, ``execution.chunk_size``).
-        first_index: the index of the first new image (the parent's image count).
-        backgrounds: the new videos' background records, with their splits.
+        cfg: the build config (``ingest.images_per_video``, ``execution.chunk_size``).
+        first_index: the index of the first new image.
+        backgrounds: the usable frames of the videos to compose (``source`` names the video).
 
     Returns:
-        One ``(first, stop, splits)`` per chunk of at most ``chunk_size`` images.
+        The chunks in index order.
     """
-    video_splits = {b.source: b.split for b in backgrounds}
-    splits = [video_splits[v] for v in sorted(video_splits) for _ in range(cfg.ingest.images_per_video)]
-    size = cfg.execution.chunk_size
-    return [(first_index + k, first_index + min(k + size, len(splits)), splits[k:k + size])
-            for k in range(0, len(splits), size)]
+    by_video: dict[str, list[BackgroundRecord]] = {}
+    for record in backgrounds:
+        by_video.setdefault(record.source, []).append(record)
+    plan, first = [], first_index
+    for video in sorted(by_video):
+        frames = by_video[video]
+        for start in range(0, cfg.ingest.images_per_video, cfg.execution.chunk_size):
+            count = min(cfg.execution.chunk_size, cfg.ingest.images_per_video - start)
+            plan.append(PlannedChunk(first, first + count, [frames[0].split] * count, frames))
+            first += count
+    return plan
 
 
 def merged_records(parent: BuildRecords, backgrounds: Sequence[BackgroundRecord], report: InputReport

@@ -1,8 +1,11 @@
 """One build at a time per output: a lock file at ``OUT/.synrail/lock``.
 
 The file is created exclusively (``O_EXCL`` on a local disk, a conditional PUT, ``If-None-Match: *``,
-on S3), so of two builds starting together exactly one gets it; the other is refused with
-:class:`OutputLocked`, naming the holder. While held, a thread rewrites the file's heartbeat.
+on S3), so of two builds starting together exactly one gets it. The other is refused with
+:class:`OutputLocked`, naming the holder, or, given ``wait_s``, waits for it: it polls the file
+every ``poll_s`` seconds and takes the lock once the holder releases it (or once it goes stale),
+giving up with :class:`OutputLocked` after ``wait_s``. While held, a thread rewrites the file's
+heartbeat.
 
 A lock outlives a build killed with ``kill -9``. It counts as stale, and is taken over, when its
 holder ran on this host and that process is gone, or when its heartbeat is older than ``ttl_s``
@@ -18,7 +21,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
@@ -27,6 +30,7 @@ from synrail.storage.store import Store, StoreError
 LOCK_FILE = ".synrail/lock"
 HEARTBEAT_S = 15.0
 TTL_S = 120.0  # eight missed heartbeats; also covers moderate clock skew between hosts
+POLL_S = 5.0  # how often a waiting run looks at the lock again
 
 
 class OutputLocked(RuntimeError):
@@ -51,25 +55,29 @@ class LockHolder:
 
 
 @contextmanager
-def build_lock(store: Store, owner: str = "", ttl_s: float = TTL_S,
-               heartbeat_s: float = HEARTBEAT_S) -> Iterator[LockHolder]:
-    """Hold ``store``'s build lock for the ``with`` block; a thread rewrites its heartbeat meanwhile.
+def build_lock(store: Store, owner: str = "", ttl_s: float = TTL_S, heartbeat_s: float = HEARTBEAT_S,
+               wait_s: float = 0.0, poll_s: float = POLL_S,
+               on_wait: Callable[[LockHolder], None] | None = None) -> Iterator[LockHolder]:
+    """Hold ``store``'s build lock for the ``with`` block.
 
     Args:
-        store: the output the build writes to; the lock file is ``LOCK_FILE`` inside it.
-        owner: who is building, shown to a build that is refused.
-        ttl_s: seconds without a heartbeat after which a found lock counts as stale and is taken over.
-        heartbeat_s: seconds between heartbeats.
+        store: the output (or dataset root) to lock.
+        owner: who holds it, shown to anyone refused or waiting.
+        ttl_s: a heartbeat older than this makes a lock stale (taken over).
+        heartbeat_s: how often the holder refreshes its heartbeat.
+        wait_s: how long to wait for another holder to finish; 0 refuses at once.
+        poll_s: how often a waiting run looks at the lock again.
+        on_wait: called once with the holder when this run starts waiting (for a log line).
 
     Returns:
-        A context manager yielding this build's ``LockHolder``; the lock file is removed on exit if it is still ours.
+        The context manager; ``with`` gives the :class:`LockHolder` written into the lock.
 
     Raises:
-        OutputLocked: a live build holds the lock, or another build took over the same stale lock first.
+        OutputLocked: another build holds the lock (and still held it after ``wait_s``).
     """
-    now = time.time()
-    holder = LockHolder(uuid.uuid4().hex, owner, socket.gethostname(), os.getpid(), now, now)
-    _acquire(store, holder, ttl_s)
+    started = time.time()
+    holder = LockHolder(uuid.uuid4().hex, owner, socket.gethostname(), os.getpid(), started, started)
+    holder = _acquire_waiting(store, holder, ttl_s, wait_s, poll_s, on_wait)
     stop = threading.Event()
     beating = threading.Thread(target=_beat, args=(store, holder, heartbeat_s, stop), daemon=True,
                                name="synrail-lock-heartbeat")
@@ -104,6 +112,29 @@ def is_stale(holder: LockHolder, ttl_s: float = TTL_S) -> bool:
     if time.time() - holder.heartbeat > ttl_s:
         return True
     return holder.host == socket.gethostname() and not _process_alive(holder.pid)
+
+
+def _acquire_waiting(store: Store, holder: LockHolder, ttl_s: float, wait_s: float, poll_s: float,
+                     on_wait: Callable[[LockHolder], None] | None) -> LockHolder:
+    """Take the lock, polling while another build holds it, for up to ``wait_s`` seconds; returns the
+    holder as written (its times are those of the moment the lock was taken)."""
+    deadline = time.monotonic() + wait_s
+    told = False
+    while True:
+        now = time.time()
+        taking = LockHolder(**{**asdict(holder), "started": now, "heartbeat": now})
+        try:
+            _acquire(store, taking, ttl_s)
+            return taking
+        except OutputLocked:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise
+            found = current_holder(store)
+            if not told and found is not None and on_wait is not None:
+                on_wait(found)
+                told = True
+            time.sleep(min(poll_s, remaining))
 
 
 def _acquire(store: Store, holder: LockHolder, ttl_s: float) -> None:

@@ -1,10 +1,14 @@
 """The build flow on configs/tiny.yaml under Prefect's test harness (one server for this module)."""
 
+import base64
 import filecmp
 import json
+import re
 import time
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
@@ -138,7 +142,14 @@ def test_the_build_publishes_its_statistics_card_and_samples_to_the_ui(first_bui
     counts = json.loads(artifacts["dataset-counts"].data)
     assert sum(row["images"] for row in counts) == load_config(TINY).num_images
     assert "# " in artifacts["dataset-card"].data
-    assert artifacts["dataset-samples"].data.endswith("/card/samples.png)")  # a markdown link
+    samples = artifacts["dataset-samples"].data  # the grid embedded as an image the UI shows, then its URL
+    embedded = re.fullmatch(r"!\[sample grid with boxes\]\(data:image/jpeg;base64,([A-Za-z0-9+/=]+)\)\n\n"
+                            r"Full size: (\S+)\n", samples)
+    assert embedded and embedded.group(2).endswith("/card/samples.png")
+    preview = cv2.imdecode(np.frombuffer(base64.b64decode(embedded.group(1)), np.uint8), cv2.IMREAD_COLOR)
+    grid = cv2.imread(str(first_build / "card/samples.png"))
+    assert preview.shape == grid.shape  # 960 px wide: kept at full size
+    assert np.abs(preview.astype(int) - grid).mean() < 4  # the same picture, JPEG-compressed
     assert progress and max(a.data for a in progress) == 100.0
 
 
@@ -171,3 +182,15 @@ def test_backgrounds_and_gallery_are_submitted_together(tmp_path):
     last_obstacle_submitted = max(i for i, e in enumerate(events) if e == ("submit", "prepare-obstacles"))
     first_background_awaited = events.index(("result", "prepare-backgrounds"))
     assert last_obstacle_submitted < first_background_awaited, events
+
+
+def test_the_sample_preview_is_a_jpeg_data_uri_no_wider_than_asked():
+    from synrail.export.plots import preview_data_uri
+
+    wide = np.random.default_rng(0).integers(0, 256, (300, 2000, 3), dtype=np.uint8)
+    uri = preview_data_uri(cv2.imencode(".png", wide)[1].tobytes(), max_width=500)
+    assert uri.startswith("data:image/jpeg;base64,")
+    preview = cv2.imdecode(np.frombuffer(base64.b64decode(uri.split(",", 1)[1]), np.uint8), cv2.IMREAD_COLOR)
+    assert preview.shape == (75, 500, 3)
+    with pytest.raises(ValueError, match="decodable"):
+        preview_data_uri(b"not an image")

@@ -8,6 +8,7 @@ import pytest
 from synrail.compose.composite import WindowMask
 from synrail.compose.quality import QualityConfig, composite_quality
 from synrail.compose.shadows import (
+    _blur_near_content,
     contact_shadow,
     estimate_jpeg_quality,
     laplacian_variance,
@@ -20,6 +21,8 @@ from synrail.compose.shadows import (
 from synrail.compose.weather import (
     WEATHER_CONDITIONS,
     A,  # albumentations, imported without its online version check
+    SensorNoise,
+    SunFlare,
     WeatherConfig,
     apply_weather,
     choose_condition,
@@ -120,6 +123,32 @@ def test_glare_brightens_near_its_source():
     assert out[y - 3:y + 4, x - 3:x + 4].mean() > out[-20:, :20].mean() + 60
 
 
+def test_the_fast_sun_flare_matches_albumentations_physics_based_one():
+    # the same drawn parameters (one seed), the flare layer blurred at a quarter of the resolution
+    image = cv2.cvtColor(scene_720p(), cv2.COLOR_BGR2RGB)
+    args = dict(flare_roi=(0.1, 0.0, 0.9, 0.35), src_radius=60, src_color=(255, 244, 224),
+                num_flare_circles_range=(4, 8), p=1)
+    for seed in range(3):
+        reference = A.Compose([A.RandomSunFlare(method="physics_based", **args)], seed=seed)(image=image)["image"]
+        fast = pixel_pipeline([SunFlare(**args)], seed)(image=image)["image"]
+        difference, effect = np.abs(reference.astype(int) - fast), reference.astype(int) - image
+        assert effect.max() > 100  # the flare is there at all
+        assert difference.mean() < 0.2 * np.abs(effect).mean() and np.percentile(difference, 99.9) <= 2
+
+
+def test_sensor_noise_has_the_configured_spread_and_no_bias():
+    flat = np.full((720, 1280, 3), 100, np.uint8)
+    for std in (0.015, 0.04):
+        out = pixel_pipeline([SensorNoise(std=std)], 3)(image=flat)["image"].astype(np.float64)
+        assert out.std() == pytest.approx(std * 255, rel=0.02) and out.mean() == pytest.approx(100, abs=0.05)
+        channels = out.reshape(-1, 3) - 100
+        assert abs(np.corrcoef(channels.T)[0, 1]) < 0.01  # independent per channel
+
+
+def scene_720p() -> np.ndarray:
+    return cv2.resize(scene(), (1280, 720), interpolation=cv2.INTER_LINEAR)
+
+
 @pytest.mark.parametrize("condition", WEATHER_CONDITIONS)
 def test_weather_is_deterministic_per_generator(condition):
     image, cfg = scene(), WeatherConfig()
@@ -195,6 +224,18 @@ def test_shadow_from_ahead_falls_toward_the_camera():
     darkness = (canvas.astype(np.float32) - out).mean(axis=2)
     rows = np.arange(H, dtype=np.float32)[:, None]
     assert (darkness * rows).sum() / darkness.sum() > ground_row + 5
+
+
+def test_shadow_blurs_near_the_shadow_equal_a_whole_frame_blur():
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        field = np.zeros((200, 600), np.float32)  # a wide shadow frame, mostly empty
+        y, x = int(rng.integers(70, 120)), int(rng.integers(150, 400))
+        field[y:y + int(rng.integers(1, 20)), x:x + int(rng.integers(1, 60))] = rng.uniform(0.2, 1)
+        sigma_x, sigma_y = rng.uniform(0.5, 8, size=2)
+        whole = cv2.GaussianBlur(field, (0, 0), sigmaX=sigma_x, sigmaY=sigma_y)
+        assert np.abs(_blur_near_content(field, sigma_x, sigma_y) - whole).max() < 1e-6
+    assert not _blur_near_content(np.zeros((5, 5), np.float32), 1.0, 1.0).any()
 
 
 def test_light_from_image_finds_a_visible_sun_and_falls_back_otherwise():

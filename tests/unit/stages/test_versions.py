@@ -4,6 +4,8 @@ the watcher that finds them (flows under Prefect's test harness, one server for 
 import filecmp
 import json
 import os
+import threading
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -22,15 +24,16 @@ from synrail.stages.versions import (
     LATEST,
     VersionInfo,
     copy_tree,
-    incremental_plan,
     latest_version,
     local_copy,
+    per_video_plan,
     prune_unreferenced,
     publish,
     resolve_dataset,
     version_store,
     video_split,
 )
+from synrail.storage.lock import build_lock
 from synrail.storage.store import Store
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -60,7 +63,7 @@ def test_video_split_is_stable_and_follows_the_fractions():
     assert {video_split(only_train, n) for n in names[:200]} == {"train"}
 
 
-def test_incremental_plan_numbers_on_and_keeps_each_video_in_its_split():
+def test_per_video_plan_numbers_on_and_draws_each_video_from_its_own_frames():
     cfg = load_config(TINY, {"ingest.images_per_video": 5, "execution.chunk_size": 4})
     geometry = CameraGeometry(width=64, height=48, focal_px=50.0, cx=32.0, cy=24.0, height_m=2.5, pitch_rad=0.05)
     backgrounds = [BackgroundRecord(background_id=f"{v}-{k}", index=k, split=split, source=f"video:{v}",
@@ -69,9 +72,11 @@ def test_incremental_plan_numbers_on_and_keeps_each_video_in_its_split():
                                     airlight_bgr=(0, 0, 0), illumination_bgr=(1, 1, 1), sensor_noise=0.0,
                                     rail_area={}, rail_area_px=1)
                    for v, split in [("b.avi", "val"), ("a.avi", "train")] for k in range(2)]
-    plan = incremental_plan(cfg, 100, backgrounds)
-    assert [(first, stop) for first, stop, _ in plan] == [(100, 104), (104, 108), (108, 110)]
-    assert [s for _, _, splits in plan for s in splits] == ["train"] * 5 + ["val"] * 5
+    plan = per_video_plan(cfg, 100, backgrounds)
+    assert [(c.first, c.stop) for c in plan] == [(100, 104), (104, 105), (105, 109), (109, 110)]  # per video
+    assert [s for c in plan for s in c.splits] == ["train"] * 5 + ["val"] * 5
+    assert [{b.source for b in c.backgrounds} for c in plan] == [{"video:a.avi"}] * 2 + [{"video:b.avi"}] * 2
+    assert sum(c.stop - c.first for c in per_video_plan(cfg, 0, backgrounds[:2])) == 5  # one video: 5 images
 
 
 def test_publish_switches_the_pointer_and_the_link(tmp_path):
@@ -137,6 +142,8 @@ def test_new_video_makes_an_incremental_version_beside_the_old(harness, tmp_path
     assert not build_version(TINY, dataset, overrides).published  # the schedule finds nothing to do
 
     write_video(videos / "line2.avi", cab_frames(2, 4))
+    with build_lock(Store(dataset), owner="a long build"):
+        assert watch_videos(TINY, dataset, overrides) == []  # nothing announced while a run holds the root
     assert [Path(u).name for u in watch_videos(TINY, dataset, overrides)] == ["line2.avi"]
     def crash(*args):
         raise RuntimeError("crashed just before publishing")
@@ -198,3 +205,66 @@ def test_an_unpublished_folder_is_reused_for_this_build_and_replaced_for_another
     assert out.exists("images/train/000000.jpg")  # the same build: kept, the rerun reuses it
     claim_version_folder(out, load_config(TINY, {"seed": 7}))
     assert not out.exists("images/train/000000.jpg") and out.exists(BUILD_MARKER)
+
+
+def images_per_video(version: Path) -> Counter:
+    backgrounds = {b["background_id"]: b["source"] for b in pq.read_table(version / "manifest/backgrounds.parquet")
+                   .to_pylist()}
+    return Counter(backgrounds[r["background_id"]] for r in pq.read_table(version / "manifest/images.parquet")
+                   .to_pylist())
+
+
+def test_overlapping_runs_queue_and_a_full_build_keeps_the_per_video_size(harness, tmp_path, monkeypatch):
+    """An ingest run and a full build on one root overlap: the build waits for the ingest's lock, then
+    both complete; the full build, forced, holds images_per_video images of every video, exactly the
+    incremental history's images (the videos landed in name order)."""
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    for k in range(2):
+        write_video(videos / f"line{k}.avi", cab_frames(k, 4))
+    dataset = str(tmp_path / "dataset")
+    overrides = {**video_overrides(videos), "num_images": 5}  # num_images does not size a video dataset
+    first = ingest_new_videos(TINY, dataset, overrides)
+    assert (first.version, first.num_images) == ("v0001", 12)
+    write_video(videos / "line2.avi", cab_frames(2, 4))
+
+    full_build_waiting = threading.Event()
+    waited = []
+    carry_over = versions_flow.carry_over
+
+    def record_waiting(holder):
+        waited.append(holder.owner)
+        full_build_waiting.set()
+
+    def carry_over_once_the_full_build_waits(*args):
+        assert full_build_waiting.wait(120), "the full build never queued behind the ingest run"
+        return carry_over(*args)
+
+    monkeypatch.setattr(versions_flow, "_say_waiting", record_waiting)
+    monkeypatch.setattr(versions_flow, "carry_over", carry_over_once_the_full_build_waits)
+    ingested = {}
+    ingest = threading.Thread(target=lambda: ingested.update(summary=ingest_new_videos(TINY, dataset, overrides)))
+    ingest.start()
+    lock = tmp_path / "dataset/.synrail/lock"
+    while not lock.exists() and ingest.is_alive():
+        ingest.join(0.05)
+    full = build_version(TINY, dataset, overrides, force=True)
+    ingest.join(120)
+    assert waited and waited[0].startswith("ingest-new-videos")
+    second = ingested["summary"]
+    assert (second.version, second.published, second.num_images) == ("v0002", True, 18)
+    assert (full.version, full.published, full.num_images) == ("v0003", True, 18)
+    assert not lock.exists()
+
+    v2, v3 = tmp_path / "dataset/versions/v0002", tmp_path / "dataset/versions/v0003"
+    assert images_per_video(v3) == images_per_video(v2) == {f"video:line{k}.avi": 6 for k in range(3)}
+    assert json.loads((v3 / ".synrail/version.json").read_text())["kind"] == "full"
+    assert validate_dataset(v3) == []
+    history = sorted(p.relative_to(v2) for p in v2.glob("images/*/*.jpg"))
+    assert history == sorted(p.relative_to(v3) for p in v3.glob("images/*/*.jpg"))
+    for rel in history:
+        assert filecmp.cmp(v2 / rel, v3 / rel, shallow=False)
+        label = Path(str(rel).replace("images", "labels", 1)).with_suffix(".txt")
+        assert filecmp.cmp(v2 / label, v3 / label, shallow=False)
+    unchanged = build_version(TINY, dataset, overrides)  # not forced: nothing changed
+    assert (unchanged.published, unchanged.version) == (False, "v0003")

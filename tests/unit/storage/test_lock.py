@@ -73,6 +73,38 @@ def test_of_builds_racing_for_the_lock_exactly_one_wins(tmp_path):
     assert len(winners) == 1 and len(refused) == 7
 
 
+def test_waiting_builds_queue_and_each_holds_the_lock_alone(tmp_path):
+    store = Store(str(tmp_path / "out"))
+    inside, overlaps, waited = [], [], []
+
+    def run(index: int) -> None:
+        with build_lock(store, owner=f"build {index}", wait_s=30, poll_s=0.02, on_wait=waited.append):
+            inside.append(index)
+            if len(inside) > 1:
+                overlaps.append(list(inside))
+            time.sleep(0.2)
+            inside.remove(index)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert overlaps == [] and len(waited) >= 3  # all four ran, one at a time, three after waiting
+    assert all(holder.owner.startswith("build ") for holder in waited)
+    assert not store.exists(LOCK_FILE)
+
+
+def test_a_waiting_build_gives_up_after_its_timeout_naming_the_holder(tmp_path):
+    store = Store(str(tmp_path / "out"))
+    with build_lock(store, owner="long build"):
+        started = time.monotonic()
+        with pytest.raises(OutputLocked, match="long build"):
+            with build_lock(store, owner="patient build", wait_s=0.3, poll_s=0.05):
+                pass
+        assert 0.3 <= time.monotonic() - started < 5
+
+
 def test_a_lock_left_by_a_killed_build_is_taken_over(tmp_path):
     store = Store(str(tmp_path / "out"))
     write_lock(store, pid=dead_pid())
