@@ -59,6 +59,7 @@ _GROWTH = 0.75               # each refinement step reaches rows with t 25 % sma
 _PAIR_SUPPORT_SHARE = 0.25   # pairs this well supported, relative to the best, are candidates
 _MAX_PAIR_TRIES = 4          # candidate pairs followed before the frame is given up
 _MIN_SUPPORT = 0.5           # share of rows in a new band where both rails must be found
+_CREST_ELEMENT = np.ones((1, 3), dtype=np.uint8)  # a stripe's crest: the row maximum over 5 columns
 
 
 @dataclass(frozen=True)
@@ -308,7 +309,10 @@ def _masked(ridge: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
 def _hough_lines(ridge: np.ndarray, height: int) -> np.ndarray | None:
     """Probabilistic Hough segments on a ridge map's strongest 5 %."""
     threshold = max(4.0, float(np.percentile(ridge, 95)))
-    binary = (ridge > threshold).astype(np.uint8) * 255
+    # Only each stripe's crest along the row votes: a rail several pixels wide adds no line
+    # evidence per extra pixel, but each one costs a full sweep of the accumulator.
+    crest = ridge >= cv2.dilate(ridge, _CREST_ELEMENT)
+    binary = ((ridge > threshold) & crest).astype(np.uint8) * 255
     return cv2.HoughLinesP(binary, 1, np.pi / 180, threshold=max(15, height // 24),
                            minLineLength=max(12, height // 16), maxLineGap=max(3, height // 70))
 
@@ -414,6 +418,10 @@ def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
         if above >= low:
             return model, samples, low, high
         grown = _extend(frame, model, samples, np.arange(above, low, dtype=np.float64), horizon_limits)
+        if grown is None and low - above >= 8:
+            # A band can fail on a short blur or a sleeper shadow: a band half as tall may pass.
+            above = (above + low) // 2
+            grown = _extend(frame, model, samples, np.arange(above, low, dtype=np.float64), horizon_limits)
         if grown is None:
             return model, samples, low, high
         (model, samples), low = grown, above
@@ -432,8 +440,8 @@ def _up_to_occluder(frame: _Frame, model: _PairModel, samples: _RailSamples, hig
     if edge is None or _rails_seen_below(frame, model, edge + 3):
         raise _NoTrack(RAILS_NOT_AT_BOTTOM)
     last = edge - 2  # the edge's own blur is no rail
-    if last <= high:
-        return (model, samples), high
+    if last <= high:  # the band that reached the edge took in its blur: cut the range there
+        return (model, samples), last
     grown = _extend(frame, model, samples, np.arange(high + 1, last + 1, dtype=np.float64), horizon_limits)
     return (grown, last) if grown is not None else ((model, samples), high)
 
@@ -488,7 +496,8 @@ def _extend(frame: _Frame, model: _PairModel, samples: _RailSamples, rows: np.nd
             ) -> tuple[_PairModel, _RailSamples] | None:
     """Measures a new band of rows and refits on everything; None when the band lacks support
     or does not agree with the refit."""
-    band = _measure_band(frame, model, rows, window, trust_model)
+    band = _measure_band(frame, model, rows, window, trust_model,
+                         samples_dark=bool(samples.dark.size and samples.dark.mean() > 0.5))
     if band is None:
         return None
     grown = samples.joined(band)
@@ -498,8 +507,8 @@ def _extend(frame: _Frame, model: _PairModel, samples: _RailSamples, rows: np.nd
     return refit, grown
 
 
-def _measure_band(frame: _Frame, model: _PairModel, rows: np.ndarray, window: float, trust_model: bool
-                  ) -> _RailSamples | None:
+def _measure_band(frame: _Frame, model: _PairModel, rows: np.ndarray, window: float, trust_model: bool,
+                  samples_dark: bool = False) -> _RailSamples | None:
     """The band's rail samples in whichever polarity finds both rails (where a trusted model
     expects them) on more rows; None if neither does on enough.
 
@@ -508,9 +517,17 @@ def _measure_band(frame: _Frame, model: _PairModel, rows: np.ndarray, window: fl
     def agreement(band: _RailSamples) -> float:
         return float(model.inlier_rows(band).mean()) if trust_model else band.straightness()
 
-    bright, dark = (_measure_rails(frame, model, rows, polarity, window) for polarity in (True, False))
-    best = bright if agreement(bright) >= agreement(dark) else dark
-    return best if agreement(best) >= _MIN_SUPPORT else None
+    # A new band mostly shows the rails as the rows measured so far did (``samples_dark``: in
+    # dark lines): that polarity first, the other only when the first leaves rows unexplained.
+    first = not (samples_dark and trust_model)
+    best = _measure_rails(frame, model, rows, first, window)
+    best_agreement = agreement(best)
+    if best_agreement < 1.0:
+        other = _measure_rails(frame, model, rows, not first, window)
+        other_agreement = agreement(other)
+        if other_agreement > best_agreement or (other_agreement == best_agreement and not first):
+            best, best_agreement = other, other_agreement
+    return best if best_agreement >= _MIN_SUPPORT else None
 
 
 def _measure_rails(frame: _Frame, model: _PairModel, rows: np.ndarray, bright: bool, window: float
@@ -591,7 +608,10 @@ def _fit_pair(samples: _RailSamples, previous: _PairModel, horizon_limits: tuple
     bright heads are enough to fit: a rail's dark side sits a little inside its head, which would
     narrow the far gap and drag the horizon down.
     """
-    usable = ~samples.dark if (~samples.dark).sum() >= 8 else np.ones_like(samples.dark)
+    # Bright rows must carry the fit, not a short band of them (a reflection at the bottom of an
+    # infrared frame whose rails are all dark): they must be a third of the rows.
+    bright_rows = int((~samples.dark).sum())
+    usable = ~samples.dark if bright_rows >= max(8, samples.rows.size / 3) else np.ones_like(samples.dark)
     rows = np.concatenate([samples.rows[usable]] * 2)
     x = np.concatenate([samples.left[usable], samples.right[usable]])
     side = np.repeat([-1.0, 1.0], int(usable.sum()))
