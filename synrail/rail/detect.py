@@ -297,7 +297,8 @@ def _pair_model(detection: TrackDetection) -> _PairModel:
 def rail_pair_rows(image_bgr: np.ndarray, detection: TrackDetection, *, top_row: int | None = None,
                    ignore_mask: np.ndarray | None = None) -> np.ndarray:
     """Rows (length H, bool) where both rails show (in one polarity) where the fit puts them,
-    from ``top_row`` (default: the detection's) down to the bottom of its range.
+    or near there and as far apart as it says, from ``top_row`` (default: the detection's) down to the
+    bottom of its range.
 
     Args:
         image_bgr: the frame (BGR or grey) the detection was made on.
@@ -316,8 +317,14 @@ def rail_pair_rows(image_bgr: np.ndarray, detection: TrackDetection, *, top_row:
     frame = _Frame(cv2.GaussianBlur(grey, (3, 3), 0), None if ignore_mask is None else ~ignore_mask)
     rows = np.arange(top, bottom + 1, dtype=np.float64)
     seen = np.zeros(height, dtype=bool)
+    left, right = model.predict(rows)
     for bright in (True, False):
         seen[top:bottom + 1] |= model.inlier_rows(_measure_rails(frame, model, rows, bright, _WINDOW_PER_GAP))
+        # In a wide window the pair counts wherever its gap is the fit's: rails bending away
+        # from a fit that stopped short of a curve are still rails, not an object.
+        band = _measure_rails(frame, model, rows, bright, _FIRST_WINDOW_PER_GAP)
+        with np.errstate(invalid="ignore"):
+            seen[top:bottom + 1] |= np.abs((band.right - band.left) - (right - left)) <= model.residual_scale(rows)
     return seen
 
 
