@@ -13,7 +13,8 @@ true field of view and prints, per group and overall:
 - how far the detection reaches (median ground distance of its top row);
 - distance error |d_est - d_true| / d_true at true track pixels 10-60 m away (median, p90 over
   scenes of each scene's median), and camera-height error (median);
-- milliseconds per frame for detection + estimation (one thread).
+- CPU milliseconds per frame for detection + estimation (one thread; CPU time, so a loaded
+  machine does not inflate it).
 
 With ``--real DIR`` it runs ``detect_track`` on each frame of DIR
 resized to ``--width`` (aspect kept, coordinates scaled back) and compares with DIR/labels.json.
@@ -81,11 +82,11 @@ def evaluate(spec: BackgroundSpec, curve: str) -> Outcome:
     truth = spec.geometry
     image = render_background(spec)
     hfov = math.degrees(2 * math.atan(truth.width / 2 / truth.focal_px))
-    start = time.perf_counter()
+    start = time.process_time()
     result = detect_track(image, hfov_deg=hfov)
     estimate = None if result.detection is None else estimate_geometry(
         result.detection, truth.width, truth.height, hfov_deg=hfov)
-    ms = 1000 * (time.perf_counter() - start)
+    ms = 1000 * (time.process_time() - start)
     outcome = Outcome(spec.track_type, spec.condition, curve, detected=estimate is not None,
                       reason=result.reason, ms=ms)
     if estimate is None:
@@ -156,7 +157,7 @@ def main() -> None:
           f"reach = ground distance of the top row; distance error at track pixels "
           f"{DISTANCE_RANGE_M[0]:.0f}-{DISTANCE_RANGE_M[1]:.0f} m; h = camera-height error")
     print(f"{'group':<24}{'n':>4}{'found':>8}{'IoU':>6}{'p10':>6}{'full':>6}{'reach m':>8}"
-          f"{'d% med':>7}{'d% p90':>7}{'h% med':>7}{'ms':>7}")
+          f"{'d% med':>7}{'d% p90':>7}{'h% med':>7}{'cpu ms':>7}")
     groups = [("all", lambda o: True)]
     groups += [(t, lambda o, t=t: o.track_type == t) for t in TRACK_TYPES]
     groups += [(c, lambda o, c=c: o.condition == c) for c in CONDITIONS]
@@ -236,9 +237,9 @@ def evaluate_real(path: Path, label, width: int, overlays: Path | None) -> RealO
     scale = width / image.shape[1]
     resized = cv2.resize(image, (width, round(image.shape[0] * scale)),
                          interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
-    start = time.perf_counter()
+    start = time.process_time()
     result = detect_track(resized)
-    ms = 1000 * (time.perf_counter() - start)
+    ms = 1000 * (time.process_time() - start)
     outcome = RealOutcome(path.name, frame_group(path.name), labelled=label is not None,
                           detected=result.detection is not None, reason=result.reason, ms=ms)
     if result.detection is not None and label is not None:
@@ -299,7 +300,7 @@ def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays:
           f"frames of the per-frame median row error in gap units; false = detections on null frames; "
           f"nbr = detections on another track")
     print(f"{'group':<12}{'n':>4}{'track':>6}{'found':>6}{'correct':>8}{'found':>8}{'correct':>8}"
-          f"{'err':>8}{'false':>7}{'nbr':>7}{'ms':>7}")
+          f"{'err':>8}{'false':>7}{'nbr':>7}{'cpu ms':>7}")
     print(real_summary_row("all", outcomes))
     for group in sorted({o.group for o in outcomes}):
         print(real_summary_row(group, [o for o in outcomes if o.group == group]))

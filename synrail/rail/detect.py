@@ -27,6 +27,7 @@ curve toward the horizon (the ``C / t`` term); this model can, with no more para
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -44,6 +45,7 @@ NO_RAIL_EDGES = "no rail edges"
 NO_RAIL_PAIR = "no converging rail pair"
 PAIR_NOT_SUPPORTED = "rail pair not supported by the image"
 RAILS_NOT_AT_BOTTOM = "rails do not reach the bottom of the image"
+TRACK_OCCLUDED = "track occluded"
 
 MIN_GAP_PX = 4.0             # closer than this the two rails are no longer resolvable
 GAP_SLOPE_RANGE = (0.28, 1.3)  # d(gap)/d(row) = (gauge + head) cos(pitch) / camera height: 1.15-5.4 m
@@ -59,6 +61,13 @@ _GROWTH = 0.75               # each refinement step reaches rows with t 25 % sma
 _PAIR_SUPPORT_SHARE = 0.25   # pairs this well supported, relative to the best, are candidates
 _MAX_PAIR_TRIES = 4          # candidate pairs followed before the frame is given up
 _MIN_SUPPORT = 0.5           # share of rows in a new band where both rails must be found
+_PRIOR_SEED_SHARE = 0.3      # a prior is followed from the lowest 30 % of the rows it covered
+# Occlusion (gap ratios, i.e. distance ratios): a run of rows without the rail pair counts inside
+# the range from this one on; at the top of the range (a shortened reach) from this one.
+_OCCLUSION_REACH_RATIO = 1.5
+_OCCLUSION_RUN_RATIO = 1.25
+_OCCLUSION_MIN_GAP_PX = 10.0  # ... on rows where the rails are at least this far apart
+_CREST_ELEMENT = np.ones((1, 3), dtype=np.uint8)  # a stripe's crest: the row maximum over 5 columns
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,7 @@ class TrackDetection:
     confidence: float                      # share of rows where both rails lie where the fits say
     top_row: int                           # first (farthest) row the mask covers
     bottom_row: int | None = None          # last row it covers, above a hood; None: the image's last
+    followed: bool = False                 # found by following a prior (the previous frame's fit)
 
     @property
     def horizon_v(self) -> float:
@@ -203,7 +213,8 @@ def _on_robust_line(rows: np.ndarray, x: np.ndarray, tolerance_px: float = 2.0) 
 
 
 def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_rows_fraction: float = 0.6,
-                 bottom_ignore: float = 0.0, ignore_mask: np.ndarray | None = None) -> TrackResult:
+                 bottom_ignore: float = 0.0, ignore_mask: np.ndarray | None = None,
+                 prior: TrackDetection | None = None) -> TrackResult:
     """Finds the ego track in a BGR (or grey) cab-view image.
 
     Args:
@@ -218,6 +229,9 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
         ignore_mask: H x W bool, True where the image shows no scene (burnt-in text, a HUD, a
             hood); nothing there counts as a rail. Rows it covers entirely at the bottom count
             as ``bottom_ignore``.
+        prior: the previous frame's detection in the same sequence (same camera and size). The
+            rails are then first followed from where it put them, without the line search; if
+            that fails, the full search runs as without a prior.
 
     Returns:
         The detection, or None with the reason. Rails that end above the bottom are accepted
@@ -231,6 +245,11 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
     grey = grey[:visible]
     first_row = int(visible - height * max_rows_fraction)
     horizon_limits = _horizon_limits(width, height, hfov_deg)
+    frame = _Frame(grey, keep)
+    if prior is not None:
+        followed = _follow_prior(frame, prior, horizon_limits, width, height)
+        if followed is not None:
+            return TrackResult(followed)
     try:
         candidates = _ego_pair_candidates(_ridge_segments(grey, max(0, first_row), keep), width, visible,
                                           horizon_limits)
@@ -239,8 +258,7 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
     first_failure = None
     for model, seen_rows in candidates:
         try:
-            model, samples, top_row, bottom_row = _track_rails(_Frame(grey, keep), model, seen_rows,
-                                                               horizon_limits)
+            model, samples, top_row, bottom_row = _track_rails(frame, model, seen_rows, horizon_limits)
         except _NoTrack as failure:
             first_failure = first_failure or failure
             continue
@@ -251,6 +269,118 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
             continue
         return TrackResult(_detection(model, top_row, bottom_row, width, height, confidence))
     return TrackResult(None, str(first_failure))
+
+
+def _follow_prior(frame: _Frame, prior: TrackDetection, horizon_limits: tuple[float, float], width: int,
+                  height: int) -> TrackDetection | None:
+    """The track followed from the prior's fit (a cab camera moves little between frames), or
+    None when the rails are not where it leads (a turnout taken, a cut in the video)."""
+    model = _pair_model(prior)
+    visible = frame.grey.shape[0]
+    bottom = min(visible - 1, prior.bottom_row if prior.bottom_row is not None else visible - 1)
+    low = int(bottom - _PRIOR_SEED_SHARE * (bottom - prior.top_row))
+    if not 0 <= low < bottom or model.horizon_v >= low:
+        return None
+    try:
+        model, samples, top_row, bottom_row = _track_rails(frame, model, (low, bottom), horizon_limits,
+                                                           from_prior=True)
+    except _NoTrack:
+        return None
+    confidence = float(model.inlier_rows(samples).mean())
+    if confidence < _MIN_SUPPORT:
+        return None
+    return dataclasses.replace(_detection(model, top_row, bottom_row, width, height, confidence), followed=True)
+
+
+def _pair_model(detection: TrackDetection) -> _PairModel:
+    """The pair model behind a detection's two rail fits."""
+    left, right = detection.left_fit, detection.right_fit
+    return _PairModel(horizon_v=left.horizon_v, a=left.a, b=0.5 * (left.b + right.b), c=left.c,
+                      d=0.5 * (right.b - left.b))
+
+
+def rail_pair_rows(image_bgr: np.ndarray, detection: TrackDetection, *, top_row: int | None = None,
+                   ignore_mask: np.ndarray | None = None) -> np.ndarray:
+    """Rows (length H, bool) where both rails show (in one polarity) where the fit puts them,
+    or near there and as far apart as it says, from ``top_row`` (default: the detection's) down to the
+    bottom of its range.
+
+    Args:
+        image_bgr: the frame (BGR or grey) the detection was made on.
+        detection: its detection.
+        top_row: the first row to look at (the fit is extended up to it).
+        ignore_mask: H x W bool, True where nothing counts as a rail (as for ``detect_track``).
+
+    Returns:
+        H bools; False outside the rows looked at.
+    """
+    model = _pair_model(detection)
+    height = image_bgr.shape[0]
+    top = max(0, detection.top_row if top_row is None else top_row, int(math.ceil(model.row_at_gap(MIN_GAP_PX))))
+    bottom = height - 1 if detection.bottom_row is None else detection.bottom_row
+    grey = image_bgr if image_bgr.ndim == 2 else cv2.cvtColor(image_bgr, cv2.COLOR_BGR2GRAY)
+    frame = _Frame(cv2.GaussianBlur(grey, (3, 3), 0), None if ignore_mask is None else ~ignore_mask)
+    rows = np.arange(top, bottom + 1, dtype=np.float64)
+    seen = np.zeros(height, dtype=bool)
+    left, right = model.predict(rows)
+    for bright in (True, False):
+        seen[top:bottom + 1] |= model.inlier_rows(_measure_rails(frame, model, rows, bright, _WINDOW_PER_GAP))
+        # In a wide window the pair counts wherever its gap is the fit's: rails bending away
+        # from a fit that stopped short of a curve are still rails, not an object.
+        band = _measure_rails(frame, model, rows, bright, _FIRST_WINDOW_PER_GAP)
+        with np.errstate(invalid="ignore"):
+            seen[top:bottom + 1] |= np.abs((band.right - band.left) - (right - left)) <= model.residual_scale(rows)
+    return seen
+
+
+def track_occluded(image_bgr: np.ndarray, detection: TrackDetection, expected_rows: np.ndarray, *,
+                   ignore_mask: np.ndarray | None = None) -> bool:
+    """Whether both rails vanish behind something where the sequence saw them (an animal, a
+    vehicle or a rock on the track: an unlabelled obstacle in a background).
+
+    ``expected_rows`` are the rows where the previous clear frame of the sequence showed the
+    rail pair (``rail_pair_rows``): the fit says they are visible there. This frame's fit is
+    followed over them, and a run of them without the pair is an object: below it the rails
+    run to its foot; above it they reappear (an object lower than the camera) or stay hidden
+    (a tall one). It is occluded when such a run spans a quarter of the distance inside the
+    rows (gap ratio ``_OCCLUSION_RUN_RATIO``), or, reaching the top, cuts the reach by a third
+    (``_OCCLUSION_REACH_RATIO``: a reach fluctuates by a growth band between frames). Texture
+    on an object's face often leaves a thin line near one rail's place; rarely near both.
+
+    Args:
+        image_bgr: the frame (BGR or grey) the detection was made on.
+        detection: its detection.
+        expected_rows: H bools, from ``rail_pair_rows`` on the last clear frame.
+        ignore_mask: H x W bool, True where nothing counts as a rail (as for ``detect_track``).
+
+    Returns:
+        True when the frame shows something on the track.
+    """
+    # Far rails a few pixels apart come and go with a slightly different fit: not evidence.
+    resolved = np.arange(expected_rows.size) >= detection.horizon_v + _OCCLUSION_MIN_GAP_PX / (
+        2 * _pair_model(detection).d)
+    expected = np.flatnonzero(expected_rows & resolved)
+    if expected.size == 0:
+        return False
+    expected_rows = expected_rows & resolved
+    top = int(expected[0])
+    seen = rail_pair_rows(image_bgr, detection, top_row=min(top, detection.top_row), ignore_mask=ignore_mask)
+    vanished = (expected_rows & ~seen)[top:].astype(np.uint8)
+    # Rows the clear frame missed and a row or two of pair found on an object's face do not
+    # end the run.
+    vanished = cv2.morphologyEx(vanished[:, None], cv2.MORPH_CLOSE, np.ones((5, 1), np.uint8))[:, 0].astype(bool)
+    t = np.arange(top, top + vanished.size) - detection.horizon_v
+    for first, last in _runs(vanished):
+        ratio = _OCCLUSION_REACH_RATIO if first == 0 else _OCCLUSION_RUN_RATIO
+        if last - first >= 3 and t[first] > 0 and t[last] >= ratio * t[first]:
+            return True
+    return False
+
+
+def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last) index of each run of True values."""
+    edges = np.diff(np.concatenate([[0], flags.astype(np.int8), [0]]))
+    return list(zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1, strict=True))
 
 
 def _visible_rows(height: int, bottom_ignore: float, ignore_mask: np.ndarray | None) -> int:
@@ -313,7 +443,10 @@ def _masked(ridge: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
 def _hough_lines(ridge: np.ndarray, height: int) -> np.ndarray | None:
     """Probabilistic Hough segments on a ridge map's strongest 5 %."""
     threshold = max(4.0, float(np.percentile(ridge, 95)))
-    binary = (ridge > threshold).astype(np.uint8) * 255
+    # Only each stripe's crest along the row votes: a rail several pixels wide adds no line
+    # evidence per extra pixel, but each one costs a full sweep of the accumulator.
+    crest = ridge >= cv2.dilate(ridge, _CREST_ELEMENT)
+    binary = ((ridge > threshold) & crest).astype(np.uint8) * 255
     return cv2.HoughLinesP(binary, 1, np.pi / 180, threshold=max(15, height // 24),
                            minLineLength=max(12, height // 16), maxLineGap=max(3, height // 70))
 
@@ -385,13 +518,15 @@ class _Frame(NamedTuple):
 
 
 def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
-                 horizon_limits: tuple[float, float]) -> tuple[_PairModel, _RailSamples, int, int]:
+                 horizon_limits: tuple[float, float], from_prior: bool = False
+                 ) -> tuple[_PairModel, _RailSamples, int, int]:
     """From the rows the pair was seen on, grows the fitted range band by band: down to the
     bottom of the image (required, unless a hood's edge crosses the track where the rails end),
     then up toward the horizon while both rails keep their support and stay resolvable.
 
     Returns the refined model, the samples of the accepted rows, the first (top) and last
-    (bottom) one.
+    (bottom) one. A model ``from_prior`` (the previous frame's fit) is trusted from the start:
+    its curve term holds, where straight Hough chords would cut a curve.
     """
     height = frame.grey.shape[0]
     low, high = _widened(seen_rows, max(8, height // 20), height)
@@ -400,7 +535,7 @@ def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
     for hough in (True, False):
         window = _FIRST_WINDOW_PER_GAP if hough else _WINDOW_PER_GAP
         grown = _extend(frame, model, samples, np.arange(low, high + 1, dtype=np.float64), horizon_limits,
-                        window, trust_model=not hough)
+                        window, trust_model=from_prior or not hough)
         if grown is None:
             raise _NoTrack(PAIR_NOT_SUPPORTED)
         model, first_band = grown
@@ -419,6 +554,10 @@ def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
         if above >= low:
             return model, samples, low, high
         grown = _extend(frame, model, samples, np.arange(above, low, dtype=np.float64), horizon_limits)
+        if grown is None and low - above >= 8:
+            # A band can fail on a short blur or a sleeper shadow: a band half as tall may pass.
+            above = (above + low) // 2
+            grown = _extend(frame, model, samples, np.arange(above, low, dtype=np.float64), horizon_limits)
         if grown is None:
             return model, samples, low, high
         (model, samples), low = grown, above
@@ -437,8 +576,8 @@ def _up_to_occluder(frame: _Frame, model: _PairModel, samples: _RailSamples, hig
     if edge is None or _rails_seen_below(frame, model, edge + 3):
         raise _NoTrack(RAILS_NOT_AT_BOTTOM)
     last = edge - 2  # the edge's own blur is no rail
-    if last <= high:
-        return (model, samples), high
+    if last <= high:  # the band that reached the edge took in its blur: cut the range there
+        return (model, samples), last
     grown = _extend(frame, model, samples, np.arange(high + 1, last + 1, dtype=np.float64), horizon_limits)
     return (grown, last) if grown is not None else ((model, samples), high)
 
@@ -493,7 +632,8 @@ def _extend(frame: _Frame, model: _PairModel, samples: _RailSamples, rows: np.nd
             ) -> tuple[_PairModel, _RailSamples] | None:
     """Measures a new band of rows and refits on everything; None when the band lacks support
     or does not agree with the refit."""
-    band = _measure_band(frame, model, rows, window, trust_model)
+    band = _measure_band(frame, model, rows, window, trust_model,
+                         samples_dark=bool(samples.dark.size and samples.dark.mean() > 0.5))
     if band is None:
         return None
     grown = samples.joined(band)
@@ -503,8 +643,8 @@ def _extend(frame: _Frame, model: _PairModel, samples: _RailSamples, rows: np.nd
     return refit, grown
 
 
-def _measure_band(frame: _Frame, model: _PairModel, rows: np.ndarray, window: float, trust_model: bool
-                  ) -> _RailSamples | None:
+def _measure_band(frame: _Frame, model: _PairModel, rows: np.ndarray, window: float, trust_model: bool,
+                  samples_dark: bool = False) -> _RailSamples | None:
     """The band's rail samples in whichever polarity finds both rails (where a trusted model
     expects them) on more rows; None if neither does on enough.
 
@@ -513,9 +653,17 @@ def _measure_band(frame: _Frame, model: _PairModel, rows: np.ndarray, window: fl
     def agreement(band: _RailSamples) -> float:
         return float(model.inlier_rows(band).mean()) if trust_model else band.straightness()
 
-    bright, dark = (_measure_rails(frame, model, rows, polarity, window) for polarity in (True, False))
-    best = bright if agreement(bright) >= agreement(dark) else dark
-    return best if agreement(best) >= _MIN_SUPPORT else None
+    # A new band mostly shows the rails as the rows measured so far did (``samples_dark``: in
+    # dark lines): that polarity first, the other only when the first leaves rows unexplained.
+    first = not (samples_dark and trust_model)
+    best = _measure_rails(frame, model, rows, first, window)
+    best_agreement = agreement(best)
+    if best_agreement < 1.0:
+        other = _measure_rails(frame, model, rows, not first, window)
+        other_agreement = agreement(other)
+        if other_agreement > best_agreement or (other_agreement == best_agreement and not first):
+            best, best_agreement = other, other_agreement
+    return best if best_agreement >= _MIN_SUPPORT else None
 
 
 def _measure_rails(frame: _Frame, model: _PairModel, rows: np.ndarray, bright: bool, window: float
@@ -596,7 +744,10 @@ def _fit_pair(samples: _RailSamples, previous: _PairModel, horizon_limits: tuple
     bright heads are enough to fit: a rail's dark side sits a little inside its head, which would
     narrow the far gap and drag the horizon down.
     """
-    usable = ~samples.dark if (~samples.dark).sum() >= 8 else np.ones_like(samples.dark)
+    # Bright rows must carry the fit, not a short band of them (a reflection at the bottom of an
+    # infrared frame whose rails are all dark): they must be a third of the rows.
+    bright_rows = int((~samples.dark).sum())
+    usable = ~samples.dark if bright_rows >= max(8, samples.rows.size / 3) else np.ones_like(samples.dark)
     rows = np.concatenate([samples.rows[usable]] * 2)
     x = np.concatenate([samples.left[usable], samples.right[usable]])
     side = np.repeat([-1.0, 1.0], int(usable.sum()))

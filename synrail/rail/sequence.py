@@ -24,7 +24,14 @@ from synrail.rail.calibration import (
     geometry_with_priors,
 )
 from synrail.rail.camera import CameraSettings, PreparedFrame, hfov_from_focal
-from synrail.rail.detect import TrackDetection
+from synrail.rail.detect import (
+    TRACK_OCCLUDED,
+    TrackDetection,
+    TrackResult,
+    detect_track,
+    rail_pair_rows,
+    track_occluded,
+)
 from synrail.rail.estimate import estimate_geometry
 from synrail.rail.geometry import CameraGeometry
 from synrail.rail.sleepers import FocalEstimate, SleeperProfile, focal_from_profiles, sleeper_profile
@@ -61,6 +68,46 @@ class SequenceCameraSolution:
     def hfov_deg(self) -> float:
         """The solved horizontal field of view of the source frames."""
         return hfov_from_focal(self.source_width, self.focal_source_px)
+
+
+class RailFollower:
+    """Follows the ego rails through the consecutive frames of one sequence (fed in frame order).
+
+    Each frame is searched with the last fit as the prior (``detect_track`` falls back to the
+    full search when the rails are not where it leads). A frame where both rails vanish over a
+    stretch of the rows where the last clear frame showed them is refused with
+    ``TRACK_OCCLUDED``: something stands on the track. Its fit still seeds the next frame, but
+    the rows where the rails are expected stay the clear frame's. A frame without a track ends
+    the stretch.
+    """
+
+    def __init__(self) -> None:
+        self._prior: TrackDetection | None = None
+        self._expected: np.ndarray | None = None  # rows where the last clear frame showed the rails
+
+    def detect(self, image_bgr: np.ndarray, *, hfov_deg: float | None = None,
+               ignore_mask: np.ndarray | None = None) -> TrackResult:
+        """The next frame's track, or None with the reason (``TRACK_OCCLUDED`` among them).
+
+        Args:
+            image_bgr: the frame, the same size as the sequence's others.
+            hfov_deg: as for ``detect_track``.
+            ignore_mask: as for ``detect_track``.
+
+        Returns:
+            The detection (``followed`` when the prior led to it), or None and why.
+        """
+        result = detect_track(image_bgr, hfov_deg=hfov_deg, ignore_mask=ignore_mask, prior=self._prior)
+        detection = result.detection
+        if detection is None:
+            self._prior = self._expected = None
+            return result
+        self._prior = detection
+        if self._expected is not None and track_occluded(image_bgr, detection, self._expected,
+                                                         ignore_mask=ignore_mask):
+            return TrackResult(None, TRACK_OCCLUDED)
+        self._expected = rail_pair_rows(image_bgr, detection, ignore_mask=ignore_mask)
+        return result
 
 
 def frame_evidence(prepared: PreparedFrame, detection: TrackDetection, settings: CameraSettings) -> FrameEvidence:

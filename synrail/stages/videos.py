@@ -27,10 +27,11 @@ from synrail.rail.camera import (
     prepare_frame,
     settings_for,
 )
-from synrail.rail.detect import TrackDetection, detect_track
+from synrail.rail.detect import TRACK_OCCLUDED, TrackDetection
 from synrail.rail.estimate import SegmentationModelTrack, refine_with_segmenter
 from synrail.rail.sequence import (
     FrameEvidence,
+    RailFollower,
     SequenceCameraSolution,
     frame_evidence,
     frame_geometry,
@@ -185,7 +186,9 @@ def _prepared(cache: Store, frame: FrameRecord, settings: CameraSettings, cfg: B
 
 def find_tracks(cfg: BuildConfig, frames: list[FrameRecord], settings: CameraSettings, cache: Store
                 ) -> tuple[list[tuple[int, FrameRecord, FrameEvidence, np.ndarray]], list[tuple[int, str]]]:
-    """Each frame prepared (undistorted, hood cut, regions masked) and searched for the ego track.
+    """Each frame prepared (undistorted, hood cut, regions masked) and searched for the ego track,
+    in frame order, each following the last one's rails (``RailFollower``); frames where both
+    rails vanish behind something are left out as ``track occluded``.
 
     Returns:
         (position, frame, evidence, packed track mask) of the frames with a track (masks packed to
@@ -193,12 +196,14 @@ def find_tracks(cfg: BuildConfig, frames: list[FrameRecord], settings: CameraSet
         the others.
     """
     found, missing = [], []
-    for k, frame in enumerate(frames):
+    follower = RailFollower()  # one camera: each frame's fit leads the search in the next
+    for k, frame in sorted(enumerate(frames), key=lambda item: item[1].frame_index):
         prepared = _prepared(cache, frame, settings, cfg)
         lens_focal = focal_from_hfov(frame.width, settings.hfov_for_lens) * prepared.scale
-        result = detect_track(prepared.detect_image, hfov_deg=hfov_from_focal(cfg.image.width, lens_focal))
+        result = follower.detect(prepared.detect_image, hfov_deg=hfov_from_focal(cfg.image.width, lens_focal))
         if result.detection is None:
-            missing.append((frame.frame_index, f"no track: {result.reason}"))
+            missing.append((frame.frame_index, result.reason if result.reason == TRACK_OCCLUDED
+                            else f"no track: {result.reason}"))
             continue
         packed = np.packbits(result.detection.mask)
         detection: TrackDetection = dataclasses.replace(result.detection, mask=np.zeros((0, 0), dtype=bool))

@@ -1,0 +1,104 @@
+"""Following the ego rails from frame to frame, and frames where something hides them."""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+
+import cv2
+import numpy as np
+
+from synrail.rail.detect import TRACK_OCCLUDED, RailFit, TrackDetection, detect_track
+from synrail.rail.sequence import RailFollower
+from synrail.sources.procedural_backgrounds import BackgroundSpec, render_background, sample_background_spec
+from synrail.sources.procedural_obstacles import render_cutout
+
+WIDTH, HEIGHT = 640, 360
+OBSTACLE_Z_M = 30.0
+
+
+@cache
+def sequence(seed: int, track_type: str, curvature: float, frames: int = 4
+             ) -> tuple[tuple[BackgroundSpec, np.ndarray], ...]:
+    """Consecutive cab frames of one camera: the track bends a little more, the train sways."""
+    spec = sample_background_spec(
+        np.random.default_rng(seed), width=WIDTH, height=HEIGHT, track_types=[track_type],
+        conditions={"normal": 1.0}, camera_height_m=(2.2, 2.9), pitch_deg=(1.5, 4.5), hfov_deg=(50.0, 65.0),
+        max_curvature=0.0, max_offset_m=0.15)
+    out = []
+    for i in range(frames):
+        geometry = spec.geometry.model_copy(update={
+            "track_curvature": curvature * (1 + 0.1 * i), "track_offset_m": spec.geometry.track_offset_m + 0.03 * i,
+            "pitch_rad": spec.geometry.pitch_rad + 0.002 * i})
+        frame_spec = dataclasses.replace(spec, geometry=geometry)
+        out.append((frame_spec, render_background(frame_spec)))
+    return tuple(out)
+
+
+def covers_truth(spec: BackgroundSpec, detection: TrackDetection) -> float:
+    truth = spec.geometry.track_mask()
+    truth[:detection.top_row] = False
+    return float((detection.mask & truth).sum() / max(1, (detection.mask | truth).sum()))
+
+
+def with_obstacle(spec: BackgroundSpec, image: np.ndarray, kind: str, z_m: float, seed: int) -> np.ndarray:
+    """A procedural obstacle cutout pasted standing on the track centre ``z_m`` ahead."""
+    geometry = spec.geometry
+    centre = geometry.track_centre_x(np.array([z_m]))
+    u, v = (float(p[0]) for p in geometry.project(centre, np.array([0.0]), np.array([z_m])))
+    cutout = render_cutout(kind, np.random.default_rng(seed), pixel_height=64)
+    height_px = geometry.object_pixel_height(u, v, cutout.height_m)
+    width_px = cutout.rgba.shape[1] * height_px / cutout.rgba.shape[0]
+    rgba = cv2.resize(cutout.rgba, (max(1, round(width_px)), max(1, round(height_px))), interpolation=cv2.INTER_AREA)
+    h, w = rgba.shape[:2]
+    x0, y0 = int(round(u - w / 2)), int(round(v - h))
+    out = image.copy()
+    region = out[y0:y0 + h, x0:x0 + w]
+    region[:] = np.where(rgba[:, :, 3:] > 127, rgba[:, :, :3], region)
+    return out
+
+
+def followed_results(frames: list[np.ndarray]):
+    follower = RailFollower()
+    return [follower.detect(image) for image in frames]
+
+
+def test_consecutive_frames_are_followed_from_the_last_fit() -> None:
+    frames = sequence(1, "ballastless", 0.0025)
+    results = followed_results([image for _, image in frames])
+    assert all(r.detection is not None for r in results), [r.reason for r in results]
+    assert [r.detection.followed for r in results] == [False, True, True, True]
+    for (spec, _), result in zip(frames, results, strict=True):
+        assert covers_truth(spec, result.detection) > 0.9
+
+
+def test_a_prior_that_leads_nowhere_falls_back_to_the_full_search() -> None:
+    spec, image = sequence(2, "ballasted", -0.002)[0]
+    found = detect_track(image).detection
+    assert found is not None
+    gap = float(found.gap_px(HEIGHT - 1))
+    # The same fit a gap and a half to the right: no rail pair there.
+    shifted = dataclasses.replace(found, left_fit=dataclasses.replace(found.left_fit, a=found.left_fit.a + 1.5 * gap),
+                                  right_fit=dataclasses.replace(found.right_fit, a=found.right_fit.a + 1.5 * gap))
+    assert isinstance(shifted.left_fit, RailFit)
+    result = detect_track(image, prior=shifted)
+    assert result.detection is not None and not result.detection.followed
+    assert covers_truth(spec, result.detection) > 0.9
+
+
+def test_a_vehicle_on_the_track_is_left_out_as_occluded_and_the_clear_frame_kept() -> None:
+    frames = sequence(0, "ballasted", 0.0)
+    clear = [image for _, image in frames]
+    assert all(r.detection is not None for r in followed_results(clear))  # the control: all kept
+    spec, last = frames[-1]
+    for kind in ("vehicle", "animal"):
+        blocked = followed_results(clear[:-1] + [with_obstacle(spec, last, kind, OBSTACLE_Z_M, seed=0)])
+        assert blocked[-1].detection is None and blocked[-1].reason == TRACK_OCCLUDED, kind
+        assert all(r.detection is not None for r in blocked[:-1])
+
+
+def test_an_obstacle_in_the_first_frame_is_not_judged_without_a_clear_frame() -> None:
+    """Occlusion is judged against what the sequence showed: a first frame has nothing to go by."""
+    spec, image = sequence(0, "ballasted", 0.0)[0]
+    result = followed_results([with_obstacle(spec, image, "vehicle", OBSTACLE_Z_M, seed=0)])[0]
+    assert result.reason != TRACK_OCCLUDED
