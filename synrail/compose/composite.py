@@ -39,6 +39,7 @@ class SceneBackground:
     light_deg: tuple[float, float] | None = None  # sun (azimuth, elevation) when known; else estimated
     shadow_scale: float = 1.0  # how hard shadows are under this light (diffuse light: weak shadows)
     real_frame: bool = False  # a camera frame: match its blur and noise on the pasted obstacles
+    monochrome: bool = False  # a grayscale or infrared camera: it sees no colour, so neither may a paste
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,25 @@ def _window_around(window: WindowMask, margin: int, shape: tuple[int, int]) -> t
             slice(max(x0 - margin, 0), min(x1 + margin, shape[1])))
 
 
+def is_monochrome(image_bgr: np.ndarray, tolerance: float = 8.0, share: float = 0.99) -> bool:
+    """Whether a frame comes from a camera that sees no colour (grayscale, night infrared).
+
+    JPEG's chroma subsampling and a colour-burnt overlay leave a little colour in such frames, so
+    the test is robust: ``share`` of the pixels have all three channels within ``tolerance`` grey
+    levels of each other.
+
+    Args:
+        image_bgr: H x W x 3 uint8 frame.
+        tolerance: the largest channel spread of a grey pixel, in grey levels.
+        share: the share of pixels that must be grey.
+
+    Returns:
+        True for a grayscale frame.
+    """
+    spread = image_bgr.max(axis=2).astype(np.int16) - image_bgr.min(axis=2)
+    return float(np.mean(spread <= tolerance)) >= share
+
+
 def harmonize_placement(canvas: np.ndarray, obj: np.ndarray, p: Placement, harmonizer: Harmonizer) -> np.ndarray:
     """The object's colours (``obj``, the in-image crop of the cutout) harmonized to ``canvas`` around it.
 
@@ -263,6 +283,8 @@ def _paste(canvas: np.ndarray, p: Placement, bg: SceneBackground, cfg: ComposeCo
         obj = cv2.transform(obj, np.diag(np.asarray(bg.illumination_bgr, dtype=np.float32)))  # saturating
     if cfg.harmonize is not None:
         obj = harmonize_placement(canvas, obj, p, _harmonizer(cfg.harmonize))
+    if bg.monochrome:
+        obj = cv2.cvtColor(cv2.cvtColor(obj, cv2.COLOR_BGR2GRAY), cv2.COLOR_GRAY2BGR)
     if cfg.match_camera and bg.real_frame:  # the camera's defocus and noise, measured beside the paste
         surroundings = bg.image[_window_around(window, max(2, int(round(_CAMERA_RING_SHARE * p.mask.shape[0]))),
                                                canvas.shape[:2])]

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import cv2
 
-from synrail.compose.composite import Composite, GalleryCutout, SceneBackground, compose_image
+from synrail.compose.composite import Composite, GalleryCutout, SceneBackground, compose_image, is_monochrome
 from synrail.compose.placement import track_rows
 from synrail.compose.quality import QualityScore, composite_quality
 from synrail.config import BuildConfig
@@ -59,11 +59,12 @@ def _load_scene_background(cache_url: str, record_json: str) -> SceneBackground:
     cache = Store(cache_url)
     image = decode_image(cache.read_bytes(record.path), cv2.IMREAD_COLOR, cache.url(record.path))
     mask = decode_rle(record.rail_area)
+    real_frame = record.source.startswith(("video:", "frames:"))  # rendered scenes have a colour camera
     return SceneBackground(image=image, track_mask=mask, track_rows=track_rows(mask), geometry=record.geometry,
                            fog_beta=record.fog_beta, airlight_bgr=record.airlight_bgr,
                            illumination_bgr=record.illumination_bgr, sensor_noise=record.sensor_noise,
                            light_deg=record.light_deg, shadow_scale=SHADOW_SCALE.get(record.condition, 0.6),
-                           real_frame=record.source.startswith(("video:", "frames:")))
+                           real_frame=real_frame, monochrome=real_frame and is_monochrome(image))
 
 
 @functools.lru_cache(maxsize=4096)

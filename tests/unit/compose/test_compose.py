@@ -1,3 +1,5 @@
+import dataclasses
+
 import cv2
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ from synrail.compose.composite import (
     compose_image,
     drop_hidden,
     feathered_alpha,
+    is_monochrome,
     place_obstacle,
     placement_at,
 )
@@ -203,3 +206,18 @@ def test_every_harmonizer_changes_only_the_obstacle(backend):
 def test_learned_harmonizer_needs_a_model_file():
     with pytest.raises(ValueError, match="model"):
         ComposeConfig(harmonize={"backend": "torchscript"})
+
+
+def test_a_grayscale_frame_gets_grey_obstacles_and_a_colour_frame_keeps_colour():
+    colour = scene()
+    grey_image = cv2.cvtColor(cv2.cvtColor(colour.image, cv2.COLOR_BGR2GRAY), cv2.COLOR_GRAY2BGR)
+    assert not is_monochrome(colour.image) and is_monochrome(grey_image)
+    gallery = {"person": [box_cutout(colour=(20, 40, 230))]}  # a red obstacle
+    cfg = ComposeConfig(obstacles_per_image=(1, 1), harmonize=None, shadow=None)
+    for bg, monochrome in [(dataclasses.replace(colour, image=grey_image, real_frame=True, monochrome=True), True),
+                           (dataclasses.replace(colour, real_frame=True), False)]:
+        out = compose_image(bg, gallery, ["person"], cfg, np.random.default_rng(0))
+        assert out.instances
+        pasted = out.image[out.instances[0].visible_mask.full()]
+        spread = pasted.max(axis=1).astype(int) - pasted.min(axis=1)
+        assert (spread.max() <= 2) == monochrome  # grey pixels on the grey frame only
