@@ -276,7 +276,7 @@ def headlight_cone(shape: tuple[int, int], centre: tuple[float, float], sigma: t
         sigma: (x, y) Gaussian widths, as shares of the width and height.
 
     Returns:
-        H x W float32, 1 at the centre.
+        H x W floats (float32 for Python-float ``centre`` and ``sigma``), 1 at the centre.
     """
     height, width = shape
     x = (np.arange(width, dtype=np.float32) / width - centre[0]) / sigma[0]

@@ -79,27 +79,6 @@ def test_nothing_outside_the_registry_makes_a_generator():
 
 
 DOCUMENTED = (*KERNELS, "export", "storage", "stages")
-# Public functions of the packages above that take more than one argument and have no Args: section
-# yet. Most sit in modules being edited on other branches (compose/composite.py, shadows.py, weather.py,
-# stages/videos.py); document them there and take them off this list. The list may only shrink.
-ARGS_PENDING = {
-    "synrail/stages/videos.py::fit_frame",
-    "synrail/stages/videos.py::video_camera_settings",
-    "synrail/stages/videos.py::find_tracks",
-    "synrail/stages/videos.py::sequence_camera_record",
-    "synrail/train/detector.py::train_detector",
-    "synrail/train/detector.py::category_ids_by_model_class",
-    "synrail/train/detector.py::predict_coco",
-    "synrail/train/detector.py::frame_scorer",
-    "synrail/train/evaluate.py::evaluate_coco",
-    "synrail/train/evaluate.py::split_images",
-    "synrail/train/evaluate.py::yolo_to_coco",
-    "synrail/train/evaluate.py::resolve_test_set",
-    "synrail/train/events.py::sample_frames",
-    "synrail/train/tables.py::write_table",
-    "synrail/train/tables.py::metrics_table",
-    "synrail/train/tables.py::events_table",
-}
 
 
 def _entry_points(package: str) -> list[tuple[str, ast.FunctionDef, str]]:
@@ -130,17 +109,8 @@ def test_stage_entry_points_and_public_kernels_document_args_and_returns():
     missing = []
     for package in DOCUMENTED:
         for name, node, doc in _entry_points(package):
-            if name in ARGS_PENDING:
-                continue
             if "Args:" not in doc:
                 missing.append(f"{name}: no Args:")
             elif _returns_something(node) and not ("Returns:" in doc or "Yields:" in doc):
                 missing.append(f"{name}: no Returns:")
     assert not missing, missing
-
-
-def test_the_pending_list_only_shrinks():
-    """Every pending name still exists and still lacks its Args: (documented ones come off the list)."""
-    current = {name: doc for package in DOCUMENTED for name, _, doc in _entry_points(package)}
-    stale = sorted(name for name in ARGS_PENDING if name not in current or "Args:" in current[name])
-    assert not stale, f"take these off ARGS_PENDING: {stale}"
