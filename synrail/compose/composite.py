@@ -103,7 +103,21 @@ class Placement:
 
 def placement_at(cutout: GalleryCutout, point: GroundPoint, height_m: float, bgr: np.ndarray, mask: np.ndarray,
                  x0: int, y0: int, image_shape: tuple[int, int]) -> Placement | None:
-    """A placement with its in-image window; None when the object lies wholly outside the image."""
+    """A placement with its in-image window; None when the object lies wholly outside the image.
+
+    Args:
+        cutout: the gallery cutout being placed.
+        point: where the object touches the ground.
+        height_m: the object's height as drawn (the cutout's height with its size jitter), in metres.
+        bgr: h x w x 3 uint8, the resized cutout's colours.
+        mask: h x w bool, the resized cutout's silhouette.
+        x0: image column of the cutout's left edge (may be negative).
+        y0: image row of the cutout's top edge (may be negative).
+        image_shape: (height, width) of the image, in pixels.
+
+    Returns:
+        The placement, or None when no pixel of ``mask`` falls inside the image.
+    """
     height, width = image_shape
     top, bottom = max(y0, 0), min(y0 + mask.shape[0], height)
     left, right = max(x0, 0), min(x0 + mask.shape[1], width)
@@ -142,7 +156,15 @@ class Composite:
 
 
 def resize_cutout(rgba: np.ndarray, height_px: float) -> tuple[np.ndarray, np.ndarray]:
-    """Scale a cutout to ``height_px`` rows; returns (BGR, bool mask)."""
+    """Scale a cutout to ``height_px`` rows, keeping its aspect ratio.
+
+    Args:
+        rgba: h x w x 4 uint8 BGRA cutout, alpha 0/255.
+        height_px: the wanted height in pixels (rounded; at least 1 row and 1 column).
+
+    Returns:
+        (BGR, mask): the scaled colours (contiguous uint8) and a bool mask where the scaled alpha is >= 128.
+    """
     new_h = max(1, int(round(height_px)))
     new_w = max(1, int(round(rgba.shape[1] * new_h / rgba.shape[0])))
     interpolation = cv2.INTER_AREA if new_h < rgba.shape[0] else cv2.INTER_LINEAR
@@ -151,7 +173,16 @@ def resize_cutout(rgba: np.ndarray, height_px: float) -> tuple[np.ndarray, np.nd
 
 
 def feathered_alpha(mask: np.ndarray, feather_px: float) -> np.ndarray:
-    """Alpha that ramps up over ``feather_px`` inside the mask and is zero outside it."""
+    """Alpha that ramps up over ``feather_px`` inside the mask and is zero outside it.
+
+    Args:
+        mask: H x W bool silhouette.
+        feather_px: width of the ramp in pixels, measured inward from the mask's edge (and the array's
+            border); 0 or less gives a hard 0/1 alpha.
+
+    Returns:
+        H x W float32 alpha in [0, 1].
+    """
     if feather_px <= 0:
         return mask.astype(np.float32)
     inside = cv2.distanceTransform(np.pad(mask, 1).astype(np.uint8), cv2.DIST_L2, 3)[1:-1, 1:-1]
@@ -170,7 +201,18 @@ def _pixel_height(bg: SceneBackground, cutout: GalleryCutout, point: GroundPoint
 
 def place_obstacle(bg: SceneBackground, cutout: GalleryCutout, cfg: ComposeConfig,
                    rng: np.random.Generator) -> Placement | None:
-    """Try up to ``max_attempts`` ground points; None when none gives a usable obstacle."""
+    """Try up to ``max_attempts`` ground points; None when none gives a usable obstacle.
+
+    Args:
+        bg: the background frame, its track and camera geometry.
+        cutout: the gallery cutout to place.
+        cfg: placement settings (distance range, size jitter, minimum pixel height, attempts).
+        rng: draws the ground point, the size jitter and the pixel height.
+
+    Returns:
+        The first placement at least ``min_height_px`` tall with some pixel inside the image, its
+        silhouette's bottom-centre on the ground point; None when every attempt fails.
+    """
     for _ in range(cfg.max_attempts):
         point = sample_ground_point(bg.geometry, bg.track_rows, cfg.distance_m, rng)
         if point is None:
@@ -203,7 +245,16 @@ def _visible_masks(ordered: Sequence[Placement]) -> list[WindowMask]:
 
 
 def drop_hidden(placements: Sequence[Placement], cfg: ComposeConfig) -> tuple[list[Placement], list[WindowMask]]:
-    """Sort far to near and remove, worst first, obstacles too hidden to label; return survivors and masks."""
+    """Sort far to near and remove, worst first, obstacles too hidden to label.
+
+    Args:
+        placements: the obstacles placed on one image, in any order.
+        cfg: the thresholds: ``min_visibility`` (visible share of the whole object) and ``min_visible_px``.
+
+    Returns:
+        (survivors, visible masks): the kept placements ordered far to near and, for each, the part of it
+        left visible by the nearer ones; both empty when none survives.
+    """
     kept = sorted(placements, key=lambda p: -p.point.distance_m)
     while kept:
         visible = _visible_masks(kept)
@@ -255,6 +306,15 @@ def harmonize_placement(canvas: np.ndarray, obj: np.ndarray, p: Placement, harmo
     (``context_px`` of the whole object's height), with the object hard-pasted in it, told the
     object's full height (a cut object keeps the ring of a whole one). Only the object's own pixels
     are taken back: Poisson's outer band is not pasted.
+
+    Args:
+        canvas: H x W x 3 uint8 image the object goes on (not modified).
+        obj: h x w x 3 uint8, the object's colours over its in-image window (h x w is ``p.in_image.mask``'s shape).
+        p: the placement, whose in-image window says where ``obj`` sits.
+        harmonizer: the backend that matches the object to its surroundings.
+
+    Returns:
+        A copy of ``obj`` whose pixels inside the mask are harmonized; those outside keep their values.
     """
     window, mask = p.in_image, p.in_image.mask
     rows, cols = _window_around(window, harmonizer.context_px(p.mask.shape[0]), canvas.shape[:2])
@@ -302,7 +362,18 @@ def _paste(canvas: np.ndarray, p: Placement, bg: SceneBackground, cfg: ComposeCo
 
 def compose_image(bg: SceneBackground, gallery: Mapping[str, Sequence[GalleryCutout]], classes: Sequence[str],
                   cfg: ComposeConfig, rng: np.random.Generator) -> Composite:
-    """Place 1..k obstacles from ``gallery`` (class -> cutouts) on ``bg`` and label what stays visible."""
+    """Place 1..k obstacles from ``gallery`` on ``bg`` and label what stays visible.
+
+    Args:
+        bg: the background frame, its track and camera geometry (not modified).
+        gallery: class name -> the cutouts of that class; every name in ``classes`` must have at least one.
+        classes: the class names drawn from, uniformly, for each obstacle.
+        cfg: composition settings (obstacle count, placement, visibility thresholds, shadow, harmonizer).
+        rng: draws the obstacles, their placements and their pasting; shadows draw from a stream spawned from it.
+
+    Returns:
+        The composed image and one instance per obstacle kept, each labelled with its visible mask.
+    """
     count = int(rng.integers(cfg.obstacles_per_image[0], cfg.obstacles_per_image[1] + 1))
     placements = []
     for _ in range(count):

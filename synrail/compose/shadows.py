@@ -188,6 +188,21 @@ def contact_shadow(canvas_bgr: np.ndarray, object_mask: _Window, ground_row: int
     the object's height (at least 1 px): the blob's soft top edge, and a side-lit footprint. A shadow
     falling away from the camera lies behind the object, above the contact row: only the part of it
     beside the object's foot shows.
+
+    Args:
+        canvas_bgr: H x W x 3 uint8 image to darken.
+        object_mask: the object's silhouette as a window (``top``, ``left``, bool ``mask``) in image pixels.
+        ground_row: image row where the object touches the ground.
+        light_azimuth_deg: direction the light comes from, in degrees: 0 straight ahead of the camera,
+            90 from the right.
+        light_elevation_deg: the light's height above the horizon, in degrees.
+        strength: darkness at the shadow's core, 0 (none: the image is returned unchanged) to 1 (black).
+        rng: draws the penumbra's softness.
+        flatten: vertical foreshortening of the ground, about camera height / distance.
+        inplace: darken ``canvas_bgr`` itself instead of a copy.
+
+    Returns:
+        The shadowed image: ``canvas_bgr`` itself when ``inplace``, else a new array.
     """
     mask_rows = np.flatnonzero(object_mask.mask.any(axis=1))
     if mask_rows.size == 0 or strength <= 0:
@@ -230,6 +245,15 @@ def light_from_image(background_bgr: np.ndarray, cfg: ShadowConfig = ShadowConfi
     an overexposed sky is large or flat, and is not); its centre is turned into a direction with
     ``geometry`` (by default a level 60-degree camera). Overcast skies, and suns behind the camera
     or above the frame, give the fallback.
+
+    Args:
+        background_bgr: H x W x 3 uint8 frame.
+        cfg: gives the fallback direction.
+        geometry: the frame's camera, which places the horizon and turns a pixel into a direction;
+            None assumes a level camera with a 60-degree field of view 2.5 m up.
+
+    Returns:
+        (azimuth, elevation) in degrees, azimuth 0 straight ahead of the camera and growing to the right.
     """
     fallback = (cfg.fallback_azimuth_deg, cfg.fallback_elevation_deg)
     height, width = background_bgr.shape[:2]
@@ -279,7 +303,16 @@ def _inner(mask: np.ndarray | None, shape: tuple[int, int], border_px: int) -> n
 
 
 def laplacian_variance(image_bgr: np.ndarray, mask: np.ndarray | None = None) -> float:
-    """Sharpness: variance of the Laplacian over ``mask``'s interior (the whole image without one)."""
+    """Sharpness: variance of the Laplacian over ``mask``'s interior (the whole image without one).
+
+    Args:
+        image_bgr: H x W x 3 uint8 image.
+        mask: H x W bool; only pixels at least 2 px inside it count (the silhouette edge is no texture).
+            None counts every pixel at least 2 px inside the image.
+
+    Returns:
+        The variance of the grey-level Laplacian; 0 when fewer than 16 pixels count.
+    """
     inner = _inner(mask, image_bgr.shape[:2], 2)
     if np.count_nonzero(inner) < 16:
         return 0.0
@@ -307,6 +340,14 @@ def estimate_blur_sigma(object_bgr: np.ndarray, background_window: np.ndarray,
 
     The ratio of Laplacian variances mixes blur with texture: a flat object reads as soft and is
     left alone, which errs on the side of not blurring.
+
+    Args:
+        object_bgr: h x w x 3 uint8 object crop.
+        background_window: any h2 x w2 x 3 uint8 patch of the background around the paste.
+        object_mask: h x w bool, the object's pixels in ``object_bgr``; None: the whole crop.
+
+    Returns:
+        The sigma in pixels, found by bisection in [0, 8].
     """
     target = laplacian_variance(background_window)
     if laplacian_variance(object_bgr, object_mask) <= target:
@@ -323,13 +364,32 @@ def estimate_blur_sigma(object_bgr: np.ndarray, background_window: np.ndarray,
 
 def match_blur(object_bgr: np.ndarray, background_window: np.ndarray,
                object_mask: np.ndarray | None = None) -> np.ndarray:
-    """The object blurred to the background's defocus (``estimate_blur_sigma``); never sharper."""
+    """The object blurred to the background's defocus (``estimate_blur_sigma``); never sharper.
+
+    Args:
+        object_bgr: h x w x 3 uint8 object crop.
+        background_window: any h2 x w2 x 3 uint8 patch of the background around the paste.
+        object_mask: h x w bool, the object's pixels; with it only object pixels are blurred and averaged
+            (no background colour bleeds in). None: the whole crop.
+
+    Returns:
+        A new h x w x 3 uint8 array.
+    """
     return _masked_blur(object_bgr, object_mask, estimate_blur_sigma(object_bgr, background_window, object_mask))
 
 
 def noise_sigma(image_bgr: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     """Per-channel sensor noise std, robustly: MAD of the diagonal 2 x 2 high-pass
-    ``(a - b - c + d) / 2``, which keeps white noise's variance and cancels smooth shading."""
+    ``(a - b - c + d) / 2``, which keeps white noise's variance and cancels smooth shading.
+
+    Args:
+        image_bgr: H x W x 3 uint8 image.
+        mask: H x W bool; only pixels at least 1 px inside it are measured. None (or a mask with no
+            interior) measures the whole image.
+
+    Returns:
+        float32 array of 3 standard deviations (B, G, R), in 0-255 grey levels.
+    """
     colour = image_bgr.astype(np.float32)
     high_pass = (colour[:-1, :-1] - colour[:-1, 1:] - colour[1:, :-1] + colour[1:, 1:]) / 2
     inner = _inner(mask, image_bgr.shape[:2], 1)[:-1, :-1]
@@ -341,7 +401,18 @@ def noise_sigma(image_bgr: np.ndarray, mask: np.ndarray | None = None) -> np.nda
 
 def match_noise(object_bgr: np.ndarray, background_window: np.ndarray, rng: np.random.Generator,
                 object_mask: np.ndarray | None = None) -> np.ndarray:
-    """The object with Gaussian noise adding the variance it lacks against the background."""
+    """The object with Gaussian noise adding the variance it lacks against the background.
+
+    Args:
+        object_bgr: h x w x 3 uint8 object crop.
+        background_window: any h2 x w2 x 3 uint8 patch of the background around the paste.
+        rng: draws the noise.
+        object_mask: h x w bool, where the object's own noise is measured; None: the whole crop. The noise
+            is added to every pixel of the crop.
+
+    Returns:
+        A new h x w x 3 uint8 array (a plain copy when the object is already as noisy).
+    """
     missing = np.sqrt(np.maximum(noise_sigma(background_window) ** 2 - noise_sigma(object_bgr, object_mask) ** 2, 0))
     if not missing.any():
         return object_bgr.copy()
@@ -384,7 +455,16 @@ def estimate_jpeg_quality(image_bgr: np.ndarray) -> int:
 def match_jpeg(object_bgr: np.ndarray, quality: int, origin: tuple[int, int] = (0, 0)) -> np.ndarray:
     """The object round-tripped through JPEG at ``quality``, its blocks on the image's 16 x 16 grid
     (8 x 8 luma, subsampled chroma) when ``origin`` (its top-left image pixel) is given; unchanged
-    at quality 100."""
+    at quality 100.
+
+    Args:
+        object_bgr: h x w x 3 uint8 object crop.
+        quality: the JPEG quality, 1-100.
+        origin: (row, column) of the crop's top-left pixel in the image, which aligns the JPEG blocks.
+
+    Returns:
+        A new h x w x 3 uint8 array.
+    """
     if quality >= 100:
         return object_bgr.copy()
     pad_y, pad_x = origin[0] % 16, origin[1] % 16

@@ -48,6 +48,14 @@ def choose_condition(cfg: WeatherConfig, rng: np.random.Generator, background_co
     that already shows adverse weather keeps its own tag (a foggy scene stays "fog"), and a "none"
     draw keeps the background's tag ("normal", "dusk", ...). One draw either way, so later draws
     from ``rng`` do not depend on the background.
+
+    Args:
+        cfg: gives the mix, condition -> weight (weights need not sum to 1).
+        rng: makes the one draw.
+        background_condition: the background's own tag, from its procedural spec or video sidecar.
+
+    Returns:
+        The condition tag: one of the mix's conditions other than "none", or ``background_condition``.
     """
     names = list(cfg.mix)
     weights = np.array([cfg.mix[n] for n in names], dtype=np.float64)
@@ -58,7 +66,15 @@ def choose_condition(cfg: WeatherConfig, rng: np.random.Generator, background_co
 
 
 def weather_effect(condition: str, background_condition: str) -> str:
-    """The effect to apply for a recorded ``condition``: "none" when the background already shows it."""
+    """The effect to apply for a recorded ``condition``: "none" when the background already shows it.
+
+    Args:
+        condition: the tag the image records (``choose_condition``).
+        background_condition: the background's own tag.
+
+    Returns:
+        ``condition`` when it is a weather effect the background does not already show, else "none".
+    """
     if condition not in WEATHER_CONDITIONS or condition == background_condition:
         return "none"
     return condition
@@ -74,7 +90,15 @@ class AirlightVeil(A.ImageOnlyTransform):
         self.airlight = float(airlight)
 
     def apply(self, img: np.ndarray, **params: object) -> np.ndarray:
-        """The image under the veil (albumentations calls this; ``params`` are unused)."""
+        """The image under the veil (albumentations calls this; ``params`` are unused).
+
+        Args:
+            img: H x W x 3 uint8 image, the veil's shape.
+            **params: albumentations' per-call parameters, ignored.
+
+        Returns:
+            A new H x W x 3 uint8 image.
+        """
         veil = self.veil[:, :, None]
         out = img.astype(np.float32) * (1 - veil) + np.float32(self.airlight) * veil
         return np.clip(out + 0.5, 0, 255).astype(np.uint8)
@@ -93,7 +117,15 @@ class HeadlightCone(A.ImageOnlyTransform):
         self.centre, self.sigma, self.gain = centre, sigma, float(gain)
 
     def apply(self, img: np.ndarray, **params: object) -> np.ndarray:
-        """The image with the cone's gamma lift (albumentations calls this; ``params`` are unused)."""
+        """The image with the cone's gamma lift (albumentations calls this; ``params`` are unused).
+
+        Args:
+            img: H x W x 3 uint8 image.
+            **params: albumentations' per-call parameters, ignored.
+
+        Returns:
+            A new H x W x 3 uint8 image.
+        """
         cone = headlight_cone(img.shape[:2], self.centre, self.sigma)
         return lift_gamma(img, 1 / (1 + np.float32(self.gain) * cone))
 
@@ -236,7 +268,16 @@ def add_sun_flare(img: np.ndarray, centre: tuple[int, int], radius: int, colour:
 
 
 def headlight_cone(shape: tuple[int, int], centre: tuple[float, float], sigma: tuple[float, float]) -> np.ndarray:
-    """Gaussian cone in [0, 1]; ``centre`` and ``sigma`` are (x, y) shares of the image size."""
+    """Gaussian cone in [0, 1]; ``centre`` and ``sigma`` are (x, y) shares of the image size.
+
+    Args:
+        shape: (height, width) of the image, in pixels.
+        centre: (x, y) of the cone's peak, as shares of the width and height.
+        sigma: (x, y) Gaussian widths, as shares of the width and height.
+
+    Returns:
+        H x W floats (float32 for Python-float ``centre`` and ``sigma``), 1 at the centre.
+    """
     height, width = shape
     x = (np.arange(width, dtype=np.float32) / width - centre[0]) / sigma[0]
     y = (np.arange(height, dtype=np.float32) / height - centre[1]) / sigma[1]
@@ -257,6 +298,15 @@ def scene_depth(geometry: CameraGeometry, objects: Sequence[tuple[_Window, float
     ``objects`` are (mask window, distance) pairs, listed far to near. Everything farther than
     ``far_m`` counts as ``far_m``: the sky, and the scenery standing above the horizon, whose
     distance the ground plane cannot tell (a tree there may be 40 m away; infinity would erase it).
+
+    Args:
+        geometry: the camera, which sets the image size and each ground pixel's distance.
+        objects: (window with ``top``, ``left`` and a bool ``mask``, distance in metres) per object,
+            far to near, so nearer objects overwrite farther ones.
+        far_m: the largest distance, in metres.
+
+    Returns:
+        H x W float32 distances in metres.
     """
     rows = np.arange(geometry.height, dtype=np.float64)[:, None]
     cols = np.arange(geometry.width, dtype=np.float64)[None, :]
@@ -345,7 +395,19 @@ def _glare(cfg: WeatherConfig, rng: np.random.Generator, shape: tuple[int, int])
 
 def weather_transforms(condition: str, cfg: WeatherConfig, rng: np.random.Generator, shape: tuple[int, int],
                        depth_m: np.ndarray | None = None) -> list[A.BasicTransform]:
-    """The transforms of one effect, their parameters drawn from ``rng``; [] for no effect."""
+    """The transforms of one effect, their parameters drawn from ``rng``; [] for no effect.
+
+    Args:
+        condition: "fog", "rain", "snow", "dark" or "glare"; anything else gives [].
+        cfg: the ranges the effect's parameters are drawn from.
+        rng: draws the parameters.
+        shape: (height, width) of the image, in pixels.
+        depth_m: H x W distances in metres (``scene_depth``) that thicken fog with distance; None gives fog
+            a uniform transmission. Only fog reads it.
+
+    Returns:
+        Pixel-only albumentations transforms, to run in order.
+    """
     if condition == "fog":
         return _fog(cfg, rng, shape, depth_m)
     if condition == "rain":
@@ -360,7 +422,18 @@ def weather_transforms(condition: str, cfg: WeatherConfig, rng: np.random.Genera
 
 
 def pixel_pipeline(transforms: Sequence[A.BasicTransform], seed: int) -> A.Compose:
-    """A seeded Compose that refuses any transform able to move pixels (labels must not change)."""
+    """A seeded Compose that refuses any transform able to move pixels (labels must not change).
+
+    Args:
+        transforms: albumentations transforms, run in order.
+        seed: the Compose's seed, for albumentations' own draws.
+
+    Returns:
+        The Compose.
+
+    Raises:
+        TypeError: when a transform is not an ``ImageOnlyTransform``.
+    """
     spatial = [type(t).__name__ for t in transforms if not isinstance(t, A.ImageOnlyTransform)]
     if spatial:
         raise TypeError(f"weather transforms must be pixel-only, got {spatial}")
@@ -372,6 +445,16 @@ def apply_weather(image_bgr: np.ndarray, condition: str, cfg: WeatherConfig, rng
     """``image_bgr`` (H x W x 3 uint8) under ``condition``; a copy for "none" or a non-weather tag.
 
     ``depth_m`` (from ``scene_depth``) makes fog thicken with distance; without it fog is a uniform veil.
+
+    Args:
+        image_bgr: H x W x 3 uint8 image (not modified).
+        condition: the effect to apply (``weather_effect``).
+        cfg: the ranges the effect's parameters are drawn from.
+        rng: draws the albumentations seed and the effect's parameters.
+        depth_m: H x W camera distances in metres, or None.
+
+    Returns:
+        A new H x W x 3 uint8 image.
     """
     if condition not in WEATHER_CONDITIONS:
         return image_bgr.copy()

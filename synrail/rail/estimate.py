@@ -94,6 +94,17 @@ def refine_with_segmenter(image_bgr: np.ndarray, coarse_mask: np.ndarray, segmen
     Positive points spread along the mask's height (one per band of rows, at random in its core,
     or its most confident pixel when the coarse model's ``logits`` are given, as the paper
     samples from the logits), negative points just outside its sides, and its bounding box.
+
+    Args:
+        image_bgr: H x W x 3 uint8 frame.
+        coarse_mask: H x W mask of the track (any dtype; nonzero is track).
+        segmenter: the promptable segmenter that refines it.
+        n_points: positive points (one per band of rows); half as many negatives, at least 2.
+        rng: places the points.
+        logits: H x W scores of the coarse model, higher more confident; None places positives at random.
+
+    Returns:
+        H x W bool track mask: the refined one, or the coarse one (also when it is empty).
     """
     coarse = coarse_mask.astype(bool)
     if not coarse.any():
@@ -110,7 +121,19 @@ def refine_with_segmenter(image_bgr: np.ndarray, coarse_mask: np.ndarray, segmen
 
 def track_prompt(mask: np.ndarray, *, n_points: int, rng: np.random.Generator,
                  logits: np.ndarray | None = None) -> Prompt:
-    """Box + positive points inside ``mask`` + negative points just outside it."""
+    """Box + positive points inside ``mask`` + negative points just outside it.
+
+    Args:
+        mask: H x W bool track mask; must not be empty.
+        n_points: positive points, one per band of the mask's rows (fewer when it has fewer rows);
+            ``max(2, n_points // 2)`` negatives.
+        rng: places the points.
+        logits: H x W scores of the coarse model: each positive goes to its band's most confident core
+            pixel; None picks one at random.
+
+    Returns:
+        The prompt: the mask's bounding box (x0, y0, x1, y1, exclusive ends) and the labelled points, in pixels.
+    """
     rows = np.flatnonzero(mask.any(axis=1))
     cols = np.flatnonzero(mask.any(axis=0))
     box = (float(cols[0]), float(rows[0]), float(cols[-1] + 1), float(rows[-1] + 1))

@@ -111,7 +111,16 @@ class RailFollower:
 
 
 def frame_evidence(prepared: PreparedFrame, detection: TrackDetection, settings: CameraSettings) -> FrameEvidence:
-    """The frame's sleeper profile and detection, kept for the sequence solve."""
+    """The frame's sleeper profile and detection, kept for the sequence solve.
+
+    Args:
+        prepared: the frame made ready (its ``detect_image`` is measured).
+        detection: the track found on the prepared frame.
+        settings: the camera's settings (the gauge is read).
+
+    Returns:
+        The evidence, without pixels; its profile is None when too few rows show the track.
+    """
     grey = cv2.cvtColor(prepared.detect_image, cv2.COLOR_BGR2GRAY)
     return FrameEvidence(detection=detection, profile=sleeper_profile(grey, detection, gauge_m=settings.gauge_m),
                          scale=prepared.scale, principal=(prepared.cx, prepared.cy))
@@ -181,7 +190,18 @@ def _hfov_sigma(width: int, focal: float, sigma_focal: float) -> float:
 
 def frame_geometry(evidence: FrameEvidence, camera: SequenceCameraSolution, *, frame_width: int,
                    frame_height: int) -> tuple[CameraGeometry | None, str | None]:
-    """The frame's geometry under the sequence camera, or (None, why its rails contradict it)."""
+    """The frame's geometry under the sequence camera, or (None, why its rails contradict it).
+
+    Args:
+        evidence: what ``frame_evidence`` kept of the frame.
+        camera: the sequence's solved camera; without a shared calibration the frame's geometry is
+            estimated on its own, with the sequence's focal length.
+        frame_width: the prepared frame's width, in pixels.
+        frame_height: the prepared frame's height, in pixels.
+
+    Returns:
+        (geometry, None), or (None, the reason) when the frame's own rails contradict the sequence camera.
+    """
     focal = camera.focal_source_px * evidence.scale
     if camera.calibration is None:
         return estimate_geometry(evidence.detection, frame_width, frame_height, focal_px=focal,

@@ -67,7 +67,17 @@ class SleeperProfile:
 
 def sleeper_profile(grey: np.ndarray, detection: TrackDetection, *, gauge_m: float,
                     rail_head_m: float = RAIL_HEAD_WIDTH_M) -> SleeperProfile | None:
-    """Brightness along the track centre between the rails, against ``w``; None for too few rows."""
+    """Brightness along the track centre between the rails, against ``w``; None for too few rows.
+
+    Args:
+        grey: H x W greyscale frame, prepared (undistorted, cropped) like the detection.
+        detection: the rails found on it.
+        gauge_m: the track gauge, in metres.
+        rail_head_m: the rail head's width, in metres (gauge + head = distance between rail centres).
+
+    Returns:
+        The profile over the rows at least 10 px between the rails, or None when fewer than 40 rows are.
+    """
     height = grey.shape[0]
     rows = np.arange(detection.top_row, height, dtype=np.float64)
     gap = detection.gap_px(rows)
@@ -123,7 +133,18 @@ def estimate_focal_from_sleepers(frames: Sequence[tuple[np.ndarray, TrackDetecti
 def focal_from_profiles(profiles: Sequence[SleeperProfile | None], *, width: int, cy: float, horizon_v: float,
                         spacing_m: float) -> FocalEstimate:
     """``estimate_focal_from_sleepers`` on profiles measured beforehand (``sleeper_profile``), so a
-    stage need not keep its frames; ``horizon_v`` is the sequence's (it sets the pitch)."""
+    stage need not keep its frames; ``horizon_v`` is the sequence's (it sets the pitch).
+
+    Args:
+        profiles: one per frame of one camera; None (too few rows) is skipped.
+        width: frame width in pixels (bounds the search by ``HFOV_SEARCH_DEG``).
+        cy: principal point row.
+        horizon_v: the sequence's horizon row.
+        spacing_m: the sleeper spacing, in metres.
+
+    Returns:
+        The focal length in pixels with its uncertainty, or None and the reason the sleepers cannot tell.
+    """
     profiles = [p for p in profiles if p is not None]
     if not profiles:
         return FocalEstimate(None, None, 0, 0.0, NOT_ENOUGH_TRACK)

@@ -77,7 +77,18 @@ class _Masked:
 
 
 def cutout_from_mask(image_bgr: np.ndarray, mask: np.ndarray) -> np.ndarray | None:
-    """Tight B, G, R, A crop around ``mask``: alpha 0/255, colour zero outside; None for an empty mask."""
+    """Tight B, G, R, A crop around ``mask``: alpha 0/255, colour zero outside; None for an empty mask.
+
+    Args:
+        image_bgr: H x W x 3 (or more channels; the first three are kept) uint8 image.
+        mask: H x W mask of the object (nonzero is object).
+
+    Returns:
+        h x w x 4 uint8 BGRA crop of the mask's bounding box, or None when the mask is empty.
+
+    Raises:
+        ValueError: when the mask and the image differ in size.
+    """
     mask = np.asarray(mask, bool)
     if mask.shape != image_bgr.shape[:2]:
         raise ValueError(f"mask {mask.shape} and image {image_bgr.shape[:2]} differ in size")
@@ -219,6 +230,18 @@ def extract_cutouts(candidates: Iterable[ObstacleCandidate], segmenter: Segmente
     Rejected candidates (an image or mask that cannot be decoded safely, a missing mask, low score,
     small mask) come back as ``Skipped`` rows with the reason; ``max_pixels`` bounds the size an
     image may declare (checked from its header before decoding).
+
+    Args:
+        candidates: the objects to cut out, each with a shipped mask or a prompt for the segmenter.
+        segmenter: segments the prompted candidates.
+        mask_cache: caches the segmenter's masks by image hash and prompt.
+        cache: the store the PNGs are written to.
+        min_score: the lowest segmenter score kept (shipped masks have none).
+        min_area_px: the fewest mask pixels kept (for a segmented mask, of its largest part).
+        max_pixels: the most pixels an image or mask file may declare.
+
+    Returns:
+        (cutouts written, candidates skipped with the reason).
     """
     cutouts: list[ExtractedCutout] = []
     skipped: list[Skipped] = []

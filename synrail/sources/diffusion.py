@@ -133,7 +133,17 @@ class GeneratedImage(BaseModel):
 
 
 def expand_prompts(class_name: str, n: int, cfg: DiffusionPromptConfig, rng: np.random.Generator) -> list[PromptSpec]:
-    """``n`` prompts for one class: each placeholder filled by a draw from its words, plus a seed."""
+    """``n`` prompts for one class: each placeholder filled by a draw from its words, plus a seed.
+
+    Args:
+        class_name: the class whose template is filled.
+        n: how many prompts.
+        cfg: the templates, the placeholder words and the suffix added to every prompt.
+        rng: draws the words and each image's noise seed (0 to 2**32 - 1).
+
+    Returns:
+        ``n`` prompt specs, in draw order.
+    """
     template = cfg.template_for(class_name)
     vocabulary = cfg.all_vocabulary()
     names = template_placeholders(template)
@@ -365,7 +375,19 @@ class DiffusionCache:
 
     def generate_cached(self, generator: DiffusionGenerator, specs: Sequence[PromptSpec],
                         cfg: DiffusionConfig | None = None) -> list[GeneratedImage]:
-        """The images for ``specs`` in order; the model runs only on misses, in batches of batch_size."""
+        """The images for ``specs`` in order; the model runs only on misses, in batches of batch_size.
+
+        Args:
+            generator: the loaded model, which also gives the batch size.
+            specs: the prompts and seeds; a repeated spec is generated once.
+            cfg: the config the caller expects the generator to run with; None skips the check.
+
+        Returns:
+            One generated image (path in the store, sha256, cache key) per spec, in order.
+
+        Raises:
+            ValueError: when ``cfg`` differs from the generator's config.
+        """
         if cfg is not None and cfg != generator.cfg:
             raise ValueError("generate_cached: cfg differs from the config the generator was loaded with")
         keys = [self.key(generator, spec) for spec in specs]
@@ -473,7 +495,15 @@ def salient_box(image_bgr: np.ndarray) -> tuple[float, float, float, float] | No
 
 def subject_prompt(image_bgr: np.ndarray, detector: Detector | None = None) -> Prompt:
     """The box to prompt SAM with on a generated image: the detector's best box if it finds one,
-    else the salient region, else (nothing stands out) the whole image."""
+    else the salient region, else (nothing stands out) the whole image.
+
+    Args:
+        image_bgr: H x W x 3 uint8 generated image.
+        detector: finds the subject; None goes straight to the salient region.
+
+    Returns:
+        A box-only prompt (x0, y0, x1, y1) in pixels, within the image.
+    """
     h, w = image_bgr.shape[:2]
     detections = list(detector.detect(image_bgr)) if detector is not None else []
     if detections:

@@ -68,7 +68,15 @@ def phash(image: np.ndarray) -> int:
 
 
 def hamming(a: int, b: int) -> int:
-    """The number of bits in which two perceptual hashes differ."""
+    """The number of bits in which two perceptual hashes differ.
+
+    Args:
+        a: a 64-bit hash (``phash``).
+        b: another.
+
+    Returns:
+        The Hamming distance, 0-64.
+    """
     return (a ^ b).bit_count()
 
 
@@ -224,7 +232,16 @@ def _exposure_reason(mean_luma: float, dark: float, bright: float, cfg: FilterCo
 def filter_frames(frames: Iterable[SampledFrame], cfg: FilterConfig,
                   detector: ObstacleDetector | None) -> Iterator[FrameDecision]:
     """Decide on each frame of one video, in order. Exposure is judged before sharpness (a black frame
-    has no edges, but "underexposed" is its real fault) and the detector runs last, on survivors only."""
+    has no edges, but "underexposed" is its real fault) and the detector runs last, on survivors only.
+
+    Args:
+        frames: the sampled frames of one video, in order (a near-duplicate of an earlier kept frame is refused).
+        cfg: the exposure, sharpness, duplicate and track-region thresholds.
+        detector: refuses frames with an obstacle standing on the track region; None skips that check.
+
+    Yields:
+        One decision per frame, in order: accepted, or the reason it is refused, with its measurements.
+    """
     kept_hashes: list[int] = []
     for frame in frames:
         mean_luma, dark, bright = exposure_stats(frame.image)

@@ -92,7 +92,16 @@ def read_url_bytes(url: str) -> bytes:
 
 def read_image_or_reason(url: str, flags: int = cv2.IMREAD_COLOR,
                          max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> np.ndarray | str:
-    """The decoded image, or why it cannot be had safely (for a ``Skipped`` row; the row names the file)."""
+    """The decoded image, or why it cannot be had safely (for a ``Skipped`` row; the row names the file).
+
+    Args:
+        url: a URL (file://, s3://, ...) or local path.
+        flags: OpenCV ``imread`` flags.
+        max_pixels: the most pixels the file's header may declare.
+
+    Returns:
+        The decoded array, or "unreadable image: <reason>".
+    """
     try:
         decoded = decode_or_reason(read_url_bytes(url), flags, max_pixels)
     except OSError as exc:
@@ -115,7 +124,15 @@ def _palette_indices(data: bytes) -> np.ndarray | None:
 
 def label_image(data: bytes, decoded: np.ndarray) -> np.ndarray | None:
     """The 2-D labels of a mask file: a grey or palette label image's values, an RGBA image's
-    alpha thresholded to 0/1; None for a colour image (its instance ids are lost)."""
+    alpha thresholded to 0/1; None for a colour image (its instance ids are lost).
+
+    Args:
+        data: the file's bytes (a PNG's palette indices are read from them).
+        decoded: the same file decoded unchanged (any depth; scaled to uint8).
+
+    Returns:
+        H x W uint8 labels, or None.
+    """
     image = _to_uint8(decoded)
     if image.ndim == 2:
         return image
@@ -145,7 +162,20 @@ class UnreadableMask(ValueError):
 
 
 def decode_labels(data: bytes, url: str, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> np.ndarray:
-    """Labels of a mask file's bytes; ValueError with the reason when they are unusable."""
+    """Labels of a mask file's bytes; ValueError with the reason when they are unusable.
+
+    Args:
+        data: the mask file's bytes.
+        url: the file's URL, named in the error.
+        max_pixels: the most pixels the file's header may declare.
+
+    Returns:
+        H x W uint8 labels (``label_image``).
+
+    Raises:
+        UnreadableMask: when the file cannot be decoded safely (a ValueError: quarantine the file).
+        ValueError: when it is a colour image rather than labels.
+    """
     decoded = decode_or_reason(data, cv2.IMREAD_UNCHANGED, max_pixels)
     if isinstance(decoded, str):
         raise UnreadableMask(f"unreadable mask: {decoded}")
@@ -279,6 +309,24 @@ def read_coco_instances(annotations_json: str | os.PathLike[str], images_dir: st
 
     Unmapped categories are ignored (but still count as occluders). Each candidate's prompt is
     its box; whether the image exists is only found out when it is cut out.
+
+    Args:
+        annotations_json: the COCO-format annotation file.
+        images_dir: the folder (or URL) the annotations' ``file_name`` values are relative to.
+        class_map: dataset category name -> our class name.
+        min_area_px: the smallest box area kept, in pixels.
+        skip_crowd: leave out ``iscrowd`` annotations.
+        skip_truncated: leave out boxes within ``BORDER_PX`` of the image border.
+        max_overlap: the largest share of a box another box of the image may cover.
+        source_name: the source tag and instance-key prefix.
+        height_m_ranges: our class -> real height range (low, high) in metres; None or a missing class
+            uses the built-in prior.
+
+    Returns:
+        (candidates, annotations skipped with the reason).
+
+    Raises:
+        ValueError: when the annotations are malformed.
     """
     data = _load_coco_json(annotations_json)
     priors = {c: size_prior(c, (height_m_ranges or {}).get(c)) for c in set(class_map.values())}
@@ -326,6 +374,15 @@ def read_pennfudan(root: str | os.PathLike[str], *, skip_truncated: bool = True,
     """Pedestrians of PennFudanPed (``PNGImages/X.png``, ``PedMasks/X_mask.png`` with ids 1..N).
 
     The masks are given; the prompt is each mask's box (for segmenters that want one anyway).
+
+    Args:
+        root: the dataset folder (or URL).
+        skip_truncated: leave out people whose mask lies within ``BORDER_PX`` of the image border.
+        height_m_range: real height range (low, high) in metres; None uses the built-in prior for a person.
+        max_pixels: the most pixels a mask file's header may declare.
+
+    Returns:
+        (one candidate per person, what was skipped with the reason: missing or unusable masks, truncations).
     """
     store = _folder(root)
     prior = size_prior("person", height_m_range)
@@ -381,7 +438,15 @@ def _header_problem(url: str, max_pixels: int) -> str | None:
 
 def unsafe_textures(root: str | os.PathLike[str], max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> list[Skipped]:
     """The DTD files that cannot be decoded safely (headers only: no texture is decoded here); the
-    texture loader passes over them, and the input report quarantines them."""
+    texture loader passes over them, and the input report quarantines them.
+
+    Args:
+        root: the Describable Textures Dataset folder (or URL).
+        max_pixels: the most pixels a file's header may declare.
+
+    Returns:
+        One ``Skipped`` row per unsafe file, with the reason and its URL.
+    """
     return [Skipped(f"dtd:{url.rsplit('/images/', 1)[-1]}", problem, url=url)
             for url in read_dtd_textures(root) if (problem := _header_problem(url, max_pixels)) is not None]
 
@@ -406,6 +471,17 @@ def dtd_texture_loader(paths: Sequence[str], *, max_side: int = 512,
 
     The draw depends only on the generator, so renders stay reproducible; an unreadable file is
     passed over for the next one in order; ValueError when none can be read.
+
+    Args:
+        paths: the texture files' URLs or paths.
+        max_side: textures are shrunk so their longer side is at most this many pixels.
+        max_pixels: the most pixels a file's header may declare.
+
+    Returns:
+        ``draw(rng)``, which returns a BGR uint8 texture.
+
+    Raises:
+        ValueError: when ``paths`` is empty (``draw`` raises it when no file can be read).
     """
     ordered = list(paths)
     if not ordered:
@@ -452,6 +528,18 @@ def read_rock_folders(root: str | os.PathLike[str], *, class_name: str = "rock",
 
     The prompt is the detector's best box when a detector is given (an image without detections
     is skipped), else the whole image less ``margin`` of each side.
+
+    Args:
+        root: the folder (or URL) holding one subfolder per label.
+        class_name: our class for every photo.
+        detector: boxes the object; None prompts with the whole image less ``margin``.
+        margin: the share of the width and height cut from each side of a whole-image box.
+        source_name: the source tag (``<source_name>:<label>``) and instance-key prefix.
+        height_m_range: real height range (low, high) in metres; None uses the class's built-in prior.
+        max_pixels: the most pixels a photo's header may declare.
+
+    Returns:
+        (one candidate per photo, photos skipped with the reason).
     """
     store = _folder(root)
     prior = size_prior(class_name, height_m_range)
@@ -497,7 +585,19 @@ def _alpha_problem(url: str, max_pixels: int) -> Skipped | str | None:
 def read_rgba_folder(root: str | os.PathLike[str], class_name: str, height_m_range: HeightRange | None = None,
                      *, source_name: str = "rgba", max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
                      ) -> tuple[list[ObstacleCandidate], list[Skipped]]:
-    """PNG/WebP cutouts with alpha in one folder; the mask is the alpha (no prompt, no segmenter)."""
+    """PNG/WebP cutouts with alpha in one folder; the mask is the alpha (no prompt, no segmenter).
+
+    Args:
+        root: the folder (or URL).
+        class_name: our class for every cutout.
+        height_m_range: real height range (low, high) in metres; None uses the class's built-in prior.
+        source_name: the source tag and instance-key prefix.
+        max_pixels: the most pixels a file's header may declare.
+
+    Returns:
+        (one candidate per usable cutout, files skipped with the reason: unreadable, no alpha, fully
+        opaque or fully transparent).
+    """
     store = _folder(root)
     prior = size_prior(class_name, height_m_range)
     candidates, skipped = [], []

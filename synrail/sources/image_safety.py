@@ -63,7 +63,15 @@ def _over_limit(what: str, pixels: int, max_pixels: int) -> str:
 
 
 def size_problem(size: tuple[int, int], max_pixels: int) -> str | None:
-    """Why an image of ``size`` is not decoded (empty, or over the limit), or None."""
+    """Why an image of ``size`` is not decoded (empty, or over the limit), or None.
+
+    Args:
+        size: (width, height) in pixels, as declared.
+        max_pixels: the most pixels allowed.
+
+    Returns:
+        The reason, or None when the size is acceptable.
+    """
     width, height = size
     if width <= 0 or height <= 0:
         return f"declares an empty size {width}x{height}"
@@ -73,7 +81,15 @@ def size_problem(size: tuple[int, int], max_pixels: int) -> str | None:
 
 
 def header_problem(source: bytes | BinaryIO, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> str | None:
-    """Why the image cannot be decoded safely, judged from its header alone; None when it can."""
+    """Why the image cannot be decoded safely, judged from its header alone; None when it can.
+
+    Args:
+        source: the file's bytes, or the file opened for reading in binary mode.
+        max_pixels: the most pixels the header may declare.
+
+    Returns:
+        The reason (empty file, not an image, empty size, over the limit, a decompression bomb), or None.
+    """
     try:
         size = _header_size(source)
     except _OverPillowLimit as exc:
@@ -85,7 +101,16 @@ def header_problem(source: bytes | BinaryIO, max_pixels: int = DEFAULT_MAX_IMAGE
 
 def decode_or_reason(data: bytes, flags: int = cv2.IMREAD_COLOR,
                      max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> np.ndarray | str:
-    """The decoded image, or the reason it is not decoded (header unreadable, over the limit, corrupt)."""
+    """The decoded image, or the reason it is not decoded (header unreadable, over the limit, corrupt).
+
+    Args:
+        data: the file's bytes.
+        flags: OpenCV ``imdecode`` flags.
+        max_pixels: the most pixels the header may declare.
+
+    Returns:
+        The decoded array, or the reason.
+    """
     problem = header_problem(data, max_pixels)
     if problem is not None:
         return problem
@@ -97,7 +122,16 @@ def decode_or_reason(data: bytes, flags: int = cv2.IMREAD_COLOR,
 
 
 def frame_size_problem(width: int, height: int, max_pixels: int) -> str | None:
-    """Why a video whose frames are ``width`` x ``height`` is not decoded, or None (sizes from the container)."""
+    """Why a video whose frames are ``width`` x ``height`` is not decoded, or None (sizes from the container).
+
+    Args:
+        width: the frame width the container declares, in pixels (0 or less: unknown).
+        height: the frame height the container declares, in pixels (0 or less: unknown).
+        max_pixels: the most pixels a frame may have.
+
+    Returns:
+        The reason, or None when the size is acceptable or unknown (the decoder's own checks then apply).
+    """
     if width <= 0 or height <= 0:
         return None  # the container does not say: the decoder's own checks apply
     return size_problem((width, height), max_pixels)

@@ -89,7 +89,16 @@ class BackgroundSpec:
 
 
 def fog_transmission(condition_or_beta: str | float, distance_m: np.ndarray | float) -> np.ndarray:
-    """``exp(-beta * d)``; ``condition_or_beta`` is a condition name (nominal density) or beta."""
+    """``exp(-beta * d)``; ``condition_or_beta`` is a condition name (nominal density) or beta.
+
+    Args:
+        condition_or_beta: a key of ``FOG_DENSITY`` ("normal", "overcast", "fog", "dusk"), or the
+            extinction coefficient beta in 1/m.
+        distance_m: distances in metres (infinity allowed: the sky).
+
+    Returns:
+        float64 transmission in [0, 1], shaped like ``distance_m``; all ones when beta is 0.
+    """
     beta = FOG_DENSITY[condition_or_beta] if isinstance(condition_or_beta, str) else float(condition_or_beta)
     distance = np.asarray(distance_m, dtype=np.float64)
     if beta == 0.0:
@@ -133,7 +142,27 @@ def sample_background_spec(rng: np.random.Generator, *, width: int, height: int,
                            camera_height_m: tuple[float, float], pitch_deg: tuple[float, float],
                            hfov_deg: tuple[float, float], max_curvature: float,
                            max_offset_m: float) -> BackgroundSpec:
-    """Draw one scene. ``conditions`` maps condition name -> relative weight."""
+    """Draw one scene. ``conditions`` maps condition name -> relative weight.
+
+    Args:
+        rng: makes every draw.
+        width: image width in pixels.
+        height: image height in pixels.
+        track_types: the track types drawn from, uniformly; a non-empty subset of ``TRACK_TYPES``.
+        conditions: condition name (from ``CONDITIONS``) -> non-negative weight, not all zero.
+        camera_height_m: (low, high) camera height above the rails, in metres.
+        pitch_deg: (low, high) downward pitch, in degrees.
+        hfov_deg: (low, high) horizontal field of view, in degrees.
+        max_curvature: the largest track curvature either way, in 1/m (the centreline is
+            ``X = offset + curvature * Z**2 / 2``).
+        max_offset_m: the largest sideways offset of the track from the camera, either way, in metres.
+
+    Returns:
+        The scene's spec.
+
+    Raises:
+        ValueError: on unknown track types or conditions, or unusable weights.
+    """
     track_type = _choose_track_type(rng, track_types)
     condition = _choose_condition(rng, conditions)
     geometry = CameraGeometry.from_fov(

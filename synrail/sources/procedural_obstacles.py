@@ -815,6 +815,19 @@ def render_cutout(kind: str, rng: np.random.Generator, *, pixel_height: int = 25
 
     ``texture`` (H x W x 3 uint8 BGR, e.g. a DTD image) fills ``unseen_obstacle`` shapes; the other
     kinds ignore it. The same generator state always gives the same cutout.
+
+    Args:
+        kind: one of ``OBSTACLE_KINDS``.
+        rng: makes every draw (shape, colours, physical height).
+        pixel_height: rows of the finished cutout, at least ``MIN_PIXEL_HEIGHT`` (small ones are drawn at
+            128 rows and shrunk).
+        texture: fills ``unseen_obstacle`` shapes; None fills them with a procedural texture.
+
+    Returns:
+        The cutout: a tight BGRA crop with 0/255 alpha, and the physical height (m) to paste it at.
+
+    Raises:
+        ValueError: on an unknown kind, a ``pixel_height`` under ``MIN_PIXEL_HEIGHT`` or an unusable texture.
     """
     renderer = _RENDERERS.get(kind)
     if renderer is None:

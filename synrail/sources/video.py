@@ -107,7 +107,18 @@ def _is_video_name(name: str) -> bool:
 
 
 def list_videos(root_url: str, storage_options: dict | None = None) -> list[VideoRef]:
-    """Every video file under ``root_url`` (recursively), sorted by name."""
+    """Every video file under ``root_url`` (recursively), sorted by name.
+
+    Args:
+        root_url: a folder or prefix: an fsspec URL (file://, s3://, ...) or a local path.
+        storage_options: fsspec options for the URL (credentials, endpoint); None for none.
+
+    Returns:
+        One reference per video file (URL, name below the root, size in bytes, version).
+
+    Raises:
+        FileNotFoundError: the root does not exist.
+    """
     url = _as_url(root_url)
     fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
     root = root.rstrip("/")
@@ -133,6 +144,14 @@ def list_sequences(root_url: str, storage_options: dict | None = None) -> list[V
 
     Each folder holding images is one sequence (its images in name order, subfolders of its own
     are sequences of their own); an image directly under the root is a one-frame sequence.
+
+    Args:
+        root_url: a folder or prefix: an fsspec URL (file://, s3://, ...) or a local path.
+        storage_options: fsspec options for the URL; None for none.
+
+    Returns:
+        One reference per sequence: its folder URL, its images in name order, their total size in
+        bytes, and a version hashed from the images' names and versions.
 
     Raises:
         FileNotFoundError: the root does not exist.
@@ -195,7 +214,19 @@ def read_sidecar(url: str, storage_options: dict | None = None) -> dict[str, dic
     """Per-video metadata (CSV or Parquet): column ``video`` (file name, or path below the video root)
     and any of ``country, weather, track_type, time_of_day`` and the camera columns
     (``rail.camera.CAMERA_COLUMNS``); empty cells are left out. Row numbers in errors count data
-    rows from 1."""
+    rows from 1.
+
+    Args:
+        url: the sidecar file: an fsspec URL or a local path.
+        storage_options: fsspec options for the URL; None for none.
+
+    Returns:
+        ``video`` value -> {column: stripped cell text} of the row's non-empty cells.
+
+    Raises:
+        ValueError: the file is missing, lacks the ``video`` column, has unknown columns, an empty
+            ``video`` cell, a row with extra cells, or a video listed twice.
+    """
     fs, path = fsspec.core.url_to_fs(_as_url(url), **(storage_options or {}))
     try:
         columns, rows = _sidecar_table(url, fs, path)
@@ -217,7 +248,15 @@ def read_sidecar(url: str, storage_options: dict | None = None) -> dict[str, dic
 
 
 def sidecar_metadata(table: dict[str, dict], video: VideoRef) -> dict:
-    """The sidecar row of ``video``: matched on its path below the root, else on its file name."""
+    """The sidecar row of ``video``: matched on its path below the root, else on its file name.
+
+    Args:
+        table: what ``read_sidecar`` returned.
+        video: the video to look up.
+
+    Returns:
+        A copy of its row; {} when the sidecar does not list it.
+    """
     return dict(table.get(video.name) or table.get(posixpath.basename(video.name)) or {})
 
 
@@ -394,6 +433,20 @@ def sample_frames(video: VideoRef, *, fps: float | None = None, stride: int | No
     Nothing is opened until the first frame is asked for; a video that cannot be used raises
     VideoError then, as does one whose frames declare more than ``max_pixels``. A stream that breaks
     off after some frames just ends (see FrameStream.truncated).
+
+    Args:
+        video: a video file or an image sequence (which has no frame rate: sample it with ``stride``).
+        fps: frames sampled per second of video, > 0.
+        stride: keep every ``stride``-th frame (or image), >= 1.
+        max_frames: stop after this many sampled frames; None for all.
+        storage_options: fsspec options for the video's URL; None for none.
+        max_pixels: the most pixels a frame may declare.
+
+    Returns:
+        A lazy stream of sampled frames.
+
+    Raises:
+        ValueError: not exactly one of ``fps`` and ``stride``, a value out of range, or ``fps`` for a sequence.
     """
     if (fps is None) == (stride is None):
         raise ValueError("give exactly one of fps and stride")

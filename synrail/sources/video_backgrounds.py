@@ -155,7 +155,20 @@ def extract_video_backgrounds(video: VideoRef, cfg: VideoSourceConfig, cache: St
     """Sample, filter and store the frames of one video. ``detector`` defaults to the one configured
     in ``cfg.filters`` (none without weights, which is noted); ``storage_options`` reach the video
     and sidecar URLs (credentials stay out of the config and so out of cache keys); a video whose
-    frames declare more than ``max_pixels`` is quarantined before any frame is decoded."""
+    frames declare more than ``max_pixels`` is quarantined before any frame is decoded.
+
+    Args:
+        video: the video file or image sequence.
+        cfg: sampling rate, frame filters and sidecar of the video source.
+        cache: the store accepted frames are written to, as ``frames/<video folder>/<index>.png``.
+        detector: refuses frames with an obstacle on the track; None uses the configured one, if any.
+        storage_options: fsspec options for the video and sidecar URLs; None for none.
+        max_pixels: the most pixels a frame may declare.
+
+    Returns:
+        The accepted frames, the rejected ones with their reasons, the video's metadata and notes, and
+        a quarantine record instead of frames when the video cannot be used.
+    """
     metadata, notes = _metadata(video, cfg, storage_options)
     detector = detector if detector is not None else detector_from_config(cfg.filters)
     if detector is None:

@@ -67,7 +67,16 @@ def condition_from_metadata(metadata: dict[str, str]) -> str:
 
 
 def fit_frame(image: np.ndarray, width: int, height: int) -> np.ndarray:
-    """Centre-crop to the target aspect ratio, then resize: the dataset has one resolution."""
+    """Centre-crop to the target aspect ratio, then resize: the dataset has one resolution.
+
+    Args:
+        image: H x W (x C) frame.
+        width: the output width, in pixels.
+        height: the output height, in pixels.
+
+    Returns:
+        height x width (x C) array of the same dtype.
+    """
     x0, y0, w, h = fit_box(image.shape[1], image.shape[0], width, height)
     image = image[y0:y0 + h, x0:x0 + w]
     interpolation = cv2.INTER_AREA if image.shape[1] > width else cv2.INTER_LINEAR
@@ -169,6 +178,14 @@ def prepare_video_backgrounds(cfg: BuildConfig, video: VideoRef, split: str | No
 def video_camera_settings(video_cfg: CameraSettings, video_name: str, metadata: dict[str, str]) -> CameraSettings:
     """The config's camera defaults with the video's sidecar row laid over them.
 
+    Args:
+        video_cfg: the config's video background settings, read for their camera fields.
+        video_name: the video's name, for the error message.
+        metadata: the video's sidecar row (column -> cell text).
+
+    Returns:
+        The video's camera settings.
+
     Raises:
         ValueError: naming the video and the column at fault.
     """
@@ -190,10 +207,16 @@ def find_tracks(cfg: BuildConfig, frames: list[FrameRecord], settings: CameraSet
     in frame order, each following the last one's rails (``RailFollower``); frames where both
     rails vanish behind something are left out as ``track occluded``.
 
+    Args:
+        cfg: the build config (the output image size).
+        frames: the video's stored frames, in any order.
+        settings: the video's camera settings.
+        cache: the store the frames are read from.
+
     Returns:
         (position, frame, evidence, packed track mask) of the frames with a track (masks packed to
         bits: a video's worth of full masks would not fit a worker), and (frame index, reason) of
-        the others.
+        the others. Position is the frame's index in ``frames``.
     """
     found, missing = [], []
     follower = RailFollower()  # one camera: each frame's fit leads the search in the next
@@ -212,7 +235,17 @@ def find_tracks(cfg: BuildConfig, frames: list[FrameRecord], settings: CameraSet
 
 
 def sequence_camera_record(name: str, camera: SequenceCameraSolution, settings: CameraSettings) -> SequenceCamera:
-    """The card's row for one sequence's camera."""
+    """The card's row for one sequence's camera.
+
+    Args:
+        name: the sequence's (video's) name.
+        camera: its solved camera.
+        settings: its camera settings (whether the height was given, the gauge).
+
+    Returns:
+        The record, rounded for the card: degrees to 0.01, metres to 0.001; height and offset None
+        without a shared calibration.
+    """
     calibration = camera.calibration
     return SequenceCamera(
         sequence=name, hfov_deg=round(camera.hfov_deg, 2), hfov_source=camera.hfov_source,

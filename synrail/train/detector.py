@@ -154,7 +154,19 @@ def parameter_count_m(model: Any) -> float:
 
 
 def train_detector(data_yaml: str | Path, cfg: TrainConfig) -> TrainResult:
-    """Train ``cfg.model`` on a built ``data.yaml``; the run goes to ``cfg.project/run_name``."""
+    """Train ``cfg.model`` on a built ``data.yaml``; the run goes to ``cfg.project/run_name``.
+
+    Args:
+        data_yaml: the dataset's Ultralytics ``data.yaml``.
+        cfg: the model, training settings and output folder.
+
+    Returns:
+        The best weights (the last ones when no best was saved), the run folder and the final
+        validation metrics.
+
+    Raises:
+        FileNotFoundError: no file at ``data_yaml``.
+    """
     data_yaml = Path(data_yaml)
     if not data_yaml.is_file():
         raise FileNotFoundError(f"data.yaml {data_yaml} does not exist")
@@ -180,7 +192,15 @@ def _image_index(coco: dict[str, Any], images_dir: Path) -> list[tuple[int, Path
 
 
 def category_ids_by_model_class(model_names: dict[int, str], categories: Sequence[dict[str, Any]]) -> dict[int, int]:
-    """Model class index -> COCO category id, matched by name; model classes the test set lacks drop out."""
+    """Model class index -> COCO category id, matched by name; model classes the test set lacks drop out.
+
+    Args:
+        model_names: the model's class index -> name.
+        categories: the COCO document's categories (``id``, ``name``).
+
+    Returns:
+        Model class index -> category id, for the names both share.
+    """
     by_name = {c["name"]: c["id"] for c in categories}
     return {index: by_name[name] for index, name in model_names.items() if name in by_name}
 
@@ -191,6 +211,18 @@ def predict_coco(weights: str | Path, coco: dict[str, Any] | str | Path, images_
 
     ``conf=0.001`` keeps the low-score tail, so the precision/recall curve that mAP integrates is
     complete (as Ultralytics' own validation does).
+
+    Args:
+        weights: the detector's weights file.
+        coco: the ground-truth COCO document, or its file path.
+        images_dir: the folder the documents' ``file_name`` values are relative to.
+        conf: the lowest score kept.
+        imgsz: the inference size, in pixels.
+        device: the Ultralytics device ("cpu", "0", ...).
+        batch: images per prediction call.
+
+    Returns:
+        One dict per detection, bbox in pixels of the original image; classes the test set lacks are left out.
     """
     coco = load_coco_document(coco)
     model = load_model(str(weights))
@@ -219,7 +251,17 @@ def _coco_results(image_id: int, prediction: Any, categories: dict[int, int]) ->
 
 def frame_scorer(weights: str | Path, conf: float = 0.05, imgsz: int = 640,
                  device: str = "cpu") -> Callable[[np.ndarray], list[float]]:
-    """A per-frame detector for event evaluation: BGR frame -> scores of its detections."""
+    """A per-frame detector for event evaluation: BGR frame -> scores of its detections.
+
+    Args:
+        weights: the detector's weights file (loaded once, here).
+        conf: the lowest score kept.
+        imgsz: the inference size, in pixels.
+        device: the Ultralytics device ("cpu", "0", ...).
+
+    Returns:
+        ``scores(frame)``: the scores of the detections in one H x W x 3 uint8 BGR frame.
+    """
     model = load_model(str(weights))
 
     def scores(frame: np.ndarray) -> list[float]:

@@ -316,7 +316,19 @@ def evaluate_coco(gt_json: Mapping[str, Any] | str | Path,
     groups), per track type and per unseen-obstacle kind. Rows whose subset is absent from the data
     are left out; a subset without ground truth has ``None`` metrics. In a distance bucket (or
     unseen kind) a detection of ground truth outside it counts neither way, and a detection of no
-    ground truth counts as a false positive in every bucket."""
+    ground truth counts as a false positive in every bucket.
+
+    Args:
+        gt_json: the ground-truth COCO document, or its file path.
+        results: COCO detection results, or the path of their JSON file.
+
+    Returns:
+        The report, one row per subset.
+
+    Raises:
+        FileNotFoundError: a path names no file.
+        ValueError: a result names an image or category the ground truth lacks.
+    """
     document = load_coco_document(gt_json)
     results = load_results(results)
     check_results(document, results)
@@ -354,7 +366,19 @@ def class_names(data_yaml: str | Path) -> list[str]:
 
 
 def split_images(data_yaml: str | Path, split: str) -> list[Path]:
-    """A split's images: a folder, a list of folders, or a .txt list of image paths (Ultralytics' forms)."""
+    """A split's images: a folder, a list of folders, or a .txt list of image paths (Ultralytics' forms).
+
+    Args:
+        data_yaml: the dataset's Ultralytics ``data.yaml``.
+        split: the split's key in it ("train", "val", "test").
+
+    Returns:
+        The image paths: a folder's images sorted (searched recursively), a list file's in its order.
+
+    Raises:
+        ValueError: the yaml has no such split.
+        FileNotFoundError: an entry of the split does not exist.
+    """
     document = _read_data_yaml(Path(data_yaml))
     if split not in document:
         raise ValueError(f"{data_yaml} has no {split!r} split")
@@ -399,7 +423,15 @@ def _yolo_boxes(label: Path, width: int, height: int) -> Iterable[tuple[int, lis
 
 def yolo_to_coco(data_yaml: str | Path, split: str) -> dict[str, Any]:
     """A YOLO-form split as a COCO instances document (boxes only; category ids 1-based in ``names``
-    order; ``file_name`` relative to :func:`dataset_root`)."""
+    order; ``file_name`` relative to :func:`dataset_root`).
+
+    Args:
+        data_yaml: the dataset's Ultralytics ``data.yaml``.
+        split: the split's key in it.
+
+    Returns:
+        The COCO document (images, annotations with pixel xywh boxes, categories); image ids count from 1.
+    """
     from PIL import Image
 
     root = dataset_root(data_yaml)
@@ -420,7 +452,16 @@ def yolo_to_coco(data_yaml: str | Path, split: str) -> dict[str, Any]:
 def resolve_test_set(data_yaml: str | Path, split: str, work_dir: str | Path) -> TestSet:
     """A split as COCO ground truth plus its image folder: a SynRail build's own
     ``annotations/instances_{split}.json`` (with distances and conditions) when there is one, else
-    the YOLO labels converted, written to ``work_dir``."""
+    the YOLO labels converted, written to ``work_dir``.
+
+    Args:
+        data_yaml: the dataset's Ultralytics ``data.yaml``.
+        split: the split's key in it.
+        work_dir: where a converted ``instances_{split}.json`` is written (created if missing).
+
+    Returns:
+        The ground-truth file and the folder its ``file_name`` values are relative to.
+    """
     data_yaml = Path(data_yaml)
     built = data_yaml.parent / "annotations" / f"instances_{split}.json"
     if built.is_file():  # its file names are relative to the split's image folder

@@ -76,7 +76,18 @@ class EventReport(BaseModel):
 
 def sample_frames(video: str | Path, sample_fps: float = SAMPLE_FPS) -> Iterator[np.ndarray]:
     """A clip's frames at ``sample_fps``: the first frame at or after each time k / sample_fps,
-    decoded only when kept. A source at or below the sample rate, or of unknown rate, gives every frame."""
+    decoded only when kept. A source at or below the sample rate, or of unknown rate, gives every frame.
+
+    Args:
+        video: the clip's file path.
+        sample_fps: frames per second of video to keep, > 0.
+
+    Yields:
+        H x W x 3 uint8 BGR frames, in order.
+
+    Raises:
+        ValueError: the video cannot be opened (raised when the first frame is asked for).
+    """
     capture = cv2.VideoCapture(str(video))
     if not capture.isOpened():
         raise ValueError(f"video {video} cannot be read")

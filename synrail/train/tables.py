@@ -102,7 +102,15 @@ def to_markdown(table: Table) -> str:
 
 
 def write_table(table: Table, out_dir: str | Path) -> tuple[Path, Path]:
-    """``{key}.csv`` and ``{key}.md`` under ``out_dir``."""
+    """``{key}.csv`` and ``{key}.md`` under ``out_dir``.
+
+    Args:
+        table: the table to write.
+        out_dir: the folder (created if missing); files there are overwritten.
+
+    Returns:
+        (CSV path, Markdown path).
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = out_dir / f"{table.key}.csv", out_dir / f"{table.key}.md"
@@ -120,7 +128,16 @@ def _detection_value(model: ModelResult, group: str, subset: str, metric: str = 
 
 
 def metrics_table(report: EvalReport, key: str, title: str) -> Table:
-    """Every row of one evaluation: overall, per class, distance, condition, track type, unseen kind."""
+    """Every row of one evaluation: overall, per class, distance, condition, track type, unseen kind.
+
+    Args:
+        report: the evaluation.
+        key: the table's key, which names its files.
+        title: the table's title ("(mAP in %)" is added).
+
+    Returns:
+        The table: group, subset, images, instances, mAP50 and mAP50:95 in percent (None without ground truth).
+    """
     return Table(key=key, title=f"{title} (mAP in %)",
                  columns=["group", "subset", "images", "instances", "mAP50", "mAP50:95"],
                  rows=[[r.group, r.subset, r.images, r.instances, _pct(r.map50), _pct(r.map50_95)]
@@ -128,7 +145,16 @@ def metrics_table(report: EvalReport, key: str, title: str) -> Table:
 
 
 def events_table(report: EventReport, key: str, title: str) -> Table:
-    """Clip counts and accuracy, over all clips and per track type."""
+    """Clip counts and accuracy, over all clips and per track type.
+
+    Args:
+        report: the event evaluation.
+        key: the table's key, which names its files.
+        title: the table's title (the score threshold, sample rate and unit are added).
+
+    Returns:
+        The table: a row for all clips, then one per track type, with TP, TN, FP, FN and accuracy in percent.
+    """
     track_types = sorted({c.track_type for c in report.clips if c.track_type})
     rows = []
     for track_type in [None, *track_types]:

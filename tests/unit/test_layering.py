@@ -79,86 +79,6 @@ def test_nothing_outside_the_registry_makes_a_generator():
 
 
 DOCUMENTED = (*KERNELS, "export", "storage", "stages")
-# Public functions of the packages above that take more than one argument and have no Args: section
-# yet. Most sit in modules being edited on other branches (compose/composite.py, shadows.py, weather.py,
-# stages/videos.py); document them there and take them off this list. The list may only shrink.
-ARGS_PENDING = {
-    "synrail/compose/composite.py::placement_at",
-    "synrail/compose/composite.py::resize_cutout",
-    "synrail/compose/composite.py::feathered_alpha",
-    "synrail/compose/composite.py::place_obstacle",
-    "synrail/compose/composite.py::drop_hidden",
-    "synrail/compose/composite.py::harmonize_placement",
-    "synrail/compose/composite.py::compose_image",
-    "synrail/compose/shadows.py::contact_shadow",
-    "synrail/compose/shadows.py::light_from_image",
-    "synrail/compose/shadows.py::laplacian_variance",
-    "synrail/compose/shadows.py::estimate_blur_sigma",
-    "synrail/compose/shadows.py::match_blur",
-    "synrail/compose/shadows.py::noise_sigma",
-    "synrail/compose/shadows.py::match_noise",
-    "synrail/compose/shadows.py::match_jpeg",
-    "synrail/compose/weather.py::choose_condition",
-    "synrail/compose/weather.py::weather_effect",
-    "synrail/compose/weather.py::AirlightVeil.apply",
-    "synrail/compose/weather.py::HeadlightCone.apply",
-    "synrail/compose/weather.py::headlight_cone",
-    "synrail/compose/weather.py::scene_depth",
-    "synrail/compose/weather.py::weather_transforms",
-    "synrail/compose/weather.py::pixel_pipeline",
-    "synrail/compose/weather.py::apply_weather",
-    "synrail/rail/estimate.py::refine_with_segmenter",
-    "synrail/rail/estimate.py::track_prompt",
-    "synrail/rail/sequence.py::frame_evidence",
-    "synrail/rail/sequence.py::frame_geometry",
-    "synrail/rail/sleepers.py::sleeper_profile",
-    "synrail/rail/sleepers.py::focal_from_profiles",
-    "synrail/sources/cutouts.py::cutout_from_mask",
-    "synrail/sources/cutouts.py::extract_cutouts",
-    "synrail/sources/diffusion.py::expand_prompts",
-    "synrail/sources/diffusion.py::DiffusionCache.generate_cached",
-    "synrail/sources/diffusion.py::subject_prompt",
-    "synrail/sources/frame_filters.py::hamming",
-    "synrail/sources/frame_filters.py::filter_frames",
-    "synrail/sources/gallery_sources.py::read_image_or_reason",
-    "synrail/sources/gallery_sources.py::label_image",
-    "synrail/sources/gallery_sources.py::decode_labels",
-    "synrail/sources/gallery_sources.py::read_coco_instances",
-    "synrail/sources/gallery_sources.py::read_pennfudan",
-    "synrail/sources/gallery_sources.py::unsafe_textures",
-    "synrail/sources/gallery_sources.py::dtd_texture_loader",
-    "synrail/sources/gallery_sources.py::read_rock_folders",
-    "synrail/sources/gallery_sources.py::read_rgba_folder",
-    "synrail/sources/image_safety.py::size_problem",
-    "synrail/sources/image_safety.py::header_problem",
-    "synrail/sources/image_safety.py::decode_or_reason",
-    "synrail/sources/image_safety.py::frame_size_problem",
-    "synrail/sources/procedural_backgrounds.py::fog_transmission",
-    "synrail/sources/procedural_backgrounds.py::sample_background_spec",
-    "synrail/sources/procedural_obstacles.py::render_cutout",
-    "synrail/sources/video.py::list_videos",
-    "synrail/sources/video.py::list_sequences",
-    "synrail/sources/video.py::read_sidecar",
-    "synrail/sources/video.py::sidecar_metadata",
-    "synrail/sources/video.py::sample_frames",
-    "synrail/sources/video_backgrounds.py::extract_video_backgrounds",
-    "synrail/stages/videos.py::fit_frame",
-    "synrail/stages/videos.py::video_camera_settings",
-    "synrail/stages/videos.py::find_tracks",
-    "synrail/stages/videos.py::sequence_camera_record",
-    "synrail/train/detector.py::train_detector",
-    "synrail/train/detector.py::category_ids_by_model_class",
-    "synrail/train/detector.py::predict_coco",
-    "synrail/train/detector.py::frame_scorer",
-    "synrail/train/evaluate.py::evaluate_coco",
-    "synrail/train/evaluate.py::split_images",
-    "synrail/train/evaluate.py::yolo_to_coco",
-    "synrail/train/evaluate.py::resolve_test_set",
-    "synrail/train/events.py::sample_frames",
-    "synrail/train/tables.py::write_table",
-    "synrail/train/tables.py::metrics_table",
-    "synrail/train/tables.py::events_table",
-}
 
 
 def _entry_points(package: str) -> list[tuple[str, ast.FunctionDef, str]]:
@@ -189,17 +109,8 @@ def test_stage_entry_points_and_public_kernels_document_args_and_returns():
     missing = []
     for package in DOCUMENTED:
         for name, node, doc in _entry_points(package):
-            if name in ARGS_PENDING:
-                continue
             if "Args:" not in doc:
                 missing.append(f"{name}: no Args:")
             elif _returns_something(node) and not ("Returns:" in doc or "Yields:" in doc):
                 missing.append(f"{name}: no Returns:")
     assert not missing, missing
-
-
-def test_the_pending_list_only_shrinks():
-    """Every pending name still exists and still lacks its Args: (documented ones come off the list)."""
-    current = {name: doc for package in DOCUMENTED for name, _, doc in _entry_points(package)}
-    stale = sorted(name for name in ARGS_PENDING if name not in current or "Args:" in current[name])
-    assert not stale, f"take these off ARGS_PENDING: {stale}"
