@@ -1,6 +1,7 @@
 """Composition speed against the JPEG floor, and the Prefect flow's overhead over a plain loop.
 
-    python benchmarks/compose.py [--compose-images 200] [--flow-images 1000] [--harmonize NAME] [--clock cpu]
+    python benchmarks/compose.py [--compose-images 200] [--flow-images 1000] [--clip-frames 200]
+                                 [--harmonize NAME] [--clock cpu]
 
 Prints, from one run:
 1. composition images/s on one core at 1280x720, 1-3 obstacles, harmonization on (the default
@@ -10,7 +11,10 @@ Prints, from one run:
 3. the default config (shadows, the weather mix, quality control) timed the same way, and as build
    chunks; the one-off import of the weather effects (albumentations) is printed apart;
 4. wall time of the build flow over a plain loop of the same library calls on the same N images
-   (one worker each; the Prefect server is started before timing, and its start is printed apart).
+   (one worker each; the Prefect server is started before timing, and its start is printed apart);
+5. approach clips against stills: frames/s of the sequences stage (each frame re-rendered from the
+   moved camera, composed, written) against images/s of build chunks, both with the default config
+   at the same image size, and the share of a clip frame spent rendering its scene.
 Composition and the floor are timed by wall time, or with --clock cpu by the process's CPU time.
 Targets (issue 2): composition >= 0.5x the floor; flow <= 1.10x the loop at 1,000 images.
 Target (issue 18): the default config >= 0.30x the floor.
@@ -30,10 +34,17 @@ sys.path.insert(0, str(ROOT))
 
 import cv2  # noqa: E402
 
-from synrail import pipeline  # noqa: E402
 from synrail.compose.harmonizers import HARMONIZER_NAMES  # noqa: E402
 from synrail.config import load_config  # noqa: E402
+from synrail.rail.geometry import TrackPose  # noqa: E402
+from synrail.sources.procedural_backgrounds import render_background  # noqa: E402
+from synrail.stages.backgrounds import prepare_background  # noqa: E402
+from synrail.stages.compose import annotation_rows, compose_chunk, compose_one, gallery_by_class  # noqa: E402
+from synrail.stages.gallery import prepare_gallery  # noqa: E402
 from synrail.stages.local import build_in_process  # noqa: E402
+from synrail.stages.sequences import clip_scene, compose_clips  # noqa: E402
+from synrail.stages.splits import image_splits  # noqa: E402
+from synrail.storage.codecs import decode_image, encode_image  # noqa: E402
 from synrail.storage.store import Store  # noqa: E402
 
 
@@ -46,8 +57,8 @@ def pin_to_one_core() -> set[int]:
 
 
 def prepare_inputs(cfg, cache: Store):
-    backgrounds = [pipeline.prepare_background(cfg, i, cache) for i in range(cfg.backgrounds.count)]
-    gallery = pipeline.prepare_gallery(cfg, cache)
+    backgrounds = [prepare_background(cfg, i, cache) for i in range(cfg.backgrounds.count)]
+    gallery = prepare_gallery(cfg, cache)
     return backgrounds, gallery
 
 
@@ -56,14 +67,14 @@ clock = time.perf_counter  # --clock cpu: time.process_time
 
 def in_memory_rate(cfg, backgrounds, gallery, cache: Store) -> float:
     """Images/s of the per-image job without the disk: compose, JPEG encode, RLE labels."""
-    cutouts = pipeline.gallery_by_class(cache, gallery)
-    splits = pipeline.image_splits(cfg)
+    cutouts = gallery_by_class(cache, gallery)
+    splits = image_splits(cfg)
     params = [cv2.IMWRITE_JPEG_QUALITY, cfg.image.jpeg_quality]
     started = clock()
     for index in range(cfg.num_images):
-        composed = pipeline.compose_one(cfg, index, splits[index], backgrounds, cutouts, cache)
-        pipeline.encode_image(composed.composite.image, ".jpg", params)
-        pipeline.annotation_rows(index, composed.composite, cfg)
+        composed = compose_one(cfg, index, splits[index], backgrounds, cutouts, cache)
+        encode_image(composed.composite.image, ".jpg", params)
+        annotation_rows(index, composed.composite, cfg)
     return cfg.num_images / (clock() - started)
 
 
@@ -88,7 +99,7 @@ def composition_vs_floor(n: int, work: Path, harmonize: str | None) -> None:
     rates = []
     for attempt in ("cold", "warm"):  # cold decodes each background PNG and cutout on first use
         started = clock()
-        pipeline.compose_chunk(cfg, 0, n, backgrounds, gallery, cache, Store(str(work / f"compose-{attempt}")))
+        compose_chunk(cfg, 0, n, backgrounds, gallery, cache, Store(str(work / f"compose-{attempt}")))
         rates.append(n / (clock() - started))
     cold_rate, chunk_rate = rates
     compose_rate = in_memory_rate(cfg, backgrounds, gallery, cache)
@@ -99,7 +110,7 @@ def composition_vs_floor(n: int, work: Path, harmonize: str | None) -> None:
         ("+ shadows", {"compose": full["compose"]}),
         ("+ shadows, default weather mix and quality control (the default config)", full)]}
     started = clock()
-    pipeline.compose_chunk(cfg.model_copy(update=full), 0, n, backgrounds, gallery, cache,
+    compose_chunk(cfg.model_copy(update=full), 0, n, backgrounds, gallery, cache,
                            Store(str(work / "compose-default")))
     default_chunk_rate = n / (clock() - started)
 
@@ -107,8 +118,8 @@ def composition_vs_floor(n: int, work: Path, harmonize: str | None) -> None:
     params = [cv2.IMWRITE_JPEG_QUALITY, cfg.image.jpeg_quality]
     started = clock()
     for data in jpegs:
-        image = pipeline.decode_image(data, cv2.IMREAD_COLOR, "benchmark image")
-        pipeline.encode_image(image, ".jpg", params)
+        image = decode_image(data, cv2.IMREAD_COLOR, "benchmark image")
+        encode_image(image, ".jpg", params)
     floor_rate = len(jpegs) / (clock() - started)
     backend = cfg.compose.harmonize.backend if cfg.compose.harmonize else "none"
     print(f"timed by {'CPU time' if clock is time.process_time else 'wall time'}")
@@ -124,6 +135,38 @@ def composition_vs_floor(n: int, work: Path, harmonize: str | None) -> None:
     print(f"  the default config / floor = {rate / floor_rate:.2f}  (target >= 0.30); as build chunks writing "
           f"files: {default_chunk_rate:.1f} images/s ({default_chunk_rate / floor_rate:.2f} of the floor); "
           f"importing the weather effects took {import_s:.1f} s once, before timing")
+
+
+def clips_vs_stills(frames: int, work: Path, config: Path = ROOT / "configs/default.yaml",
+                    frames_per_clip: int = 20) -> tuple[float, float]:
+    """Frames/s of approach clips against images/s of stills, same config and image size, as build
+    chunks writing JPEGs, labels and Parquet (one core); printed, and returned as (clips, stills)."""
+    clips = max(1, frames // frames_per_clip)
+    cfg = load_config(config, {
+        "num_images": clips * frames_per_clip, "sequences.clips": clips, "sequences.frames_per_clip": frames_per_clip})
+    cache = Store(str(work / "clips-cache"))
+    backgrounds, gallery = prepare_inputs(cfg, cache)
+    import_weather_effects()  # paid once per process; not a clip's cost nor a still's
+    compose_chunk(cfg, 0, min(10, cfg.num_images), backgrounds, gallery, cache, Store(str(work / "warm-up")))
+    started = clock()
+    compose_chunk(cfg, 0, cfg.num_images, backgrounds, gallery, cache, Store(str(work / "stills")))
+    stills_rate = cfg.num_images / (clock() - started)
+    started = clock()
+    compose_clips(cfg, 0, clips, gallery, cache, Store(str(work / "clips")))
+    clip_rate = clips * frames_per_clip / (clock() - started)
+    spec, speed_kmh = clip_scene(cfg, 0)
+    step_m = speed_kmh / 3.6 / cfg.sequences.fps
+    started = clock()
+    for frame in range(frames_per_clip):
+        render_background(spec, TrackPose.along(spec.geometry, frame * step_m), frame)
+    render_s = (clock() - started) / frames_per_clip
+    print(f"clips, 1 core, {cfg.image.width}x{cfg.image.height}, config {cfg.name}, {clips} clips of "
+          f"{frames_per_clip} frames (render + compose + JPEG + labels + Parquet): {clip_rate:.1f} frames/s")
+    print(f"stills, same config and size, as build chunks: {stills_rate:.1f} images/s")
+    print(f"  clips / stills = {clip_rate / stills_rate:.2f}; rendering a clip frame's scene from the moved "
+          f"camera takes {1000 * render_s:.0f} ms ({render_s * clip_rate:.0%} of a frame; stills reuse "
+          "rendered backgrounds)")
+    return clip_rate, stills_rate
 
 
 def flow_vs_loop(n: int, work: Path, cores: set[int]) -> None:
@@ -158,6 +201,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--compose-images", type=int, default=200)
     parser.add_argument("--flow-images", type=int, default=1000)
+    parser.add_argument("--clip-frames", type=int, default=200,
+                        help="approach-clip frames timed against as many stills (clips of 20 frames; 0: skip)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="time composition and the floor by wall time, or by this process's CPU time (on a "
                              "shared machine, wall time also counts other people's work)")
@@ -170,6 +215,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="synrail-bench-") as tmp:
         if args.compose_images:
             composition_vs_floor(args.compose_images, Path(tmp), args.harmonize)
+        if args.clip_frames:
+            clips_vs_stills(args.clip_frames, Path(tmp))
         if args.flow_images:
             flow_vs_loop(args.flow_images, Path(tmp), cores)
 

@@ -34,6 +34,7 @@ from synrail.train.evaluate import (
     load_results,
     resolve_test_set,
 )
+from synrail.train.events import is_synthetic_manifest
 
 console = Console(stderr=True)
 SHOWN_GROUPS = ("overall", "class", "distance", "condition_group", "track_type")
@@ -72,7 +73,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--out", required=True, help="folder for metrics.csv / metrics.md (and predictions.json)")
     evaluate.add_argument("--imgsz", type=int, default=640)
     evaluate.add_argument("--device", default="cpu")
-    evaluate.add_argument("--clips", help="clip manifest CSV for event accuracy (with --weights)")
+    evaluate.add_argument("--clips", help="clip manifest CSV for event accuracy: a SynRail export's clips.csv "
+                                          "(scored from the predictions on its clip frames, with per-track "
+                                          "figures) or video,label[,track_type,condition] (with --weights)")
     evaluate.add_argument("--event-threshold", type=float, default=0.25, help="per-frame detection score threshold")
     evaluate.set_defaults(handler=evaluate_command)
 
@@ -154,14 +157,34 @@ def _evaluate_input_problem(args: argparse.Namespace) -> str | None:
         return "give --data (a data.yaml) or --gt (COCO ground truth)"
     if args.data and not Path(args.data).is_file():
         return f"data.yaml {args.data} does not exist"
-    if args.clips and not args.weights:
-        return "--clips needs --weights"
+    if problem := _missing_file(clips=args.clips):
+        return problem
+    if args.clips and not args.weights and not is_synthetic_manifest(args.clips):
+        return "--clips with videos needs --weights (a SynRail clips.csv is scored from --predictions too)"
     if args.weights:
         try:
             require_extra("train", "--weights (an Ultralytics model)")
         except MissingExtra as err:
             return str(err)
     return _missing_file(gt=args.gt, weights=args.weights, predictions=args.predictions, clips=args.clips)
+
+
+def _score_synthetic_clips(args: argparse.Namespace, ground_truth: dict, predictions: list[dict], out: Path) -> None:
+    """Event accuracy and per-track figures of a SynRail clips.csv from the predictions on its frames."""
+    from synrail.train.events import clip_event_accuracy, load_clip_annotations, load_synthetic_clips, track_detections
+    from synrail.train.tables import events_table, tracks_table, write_table
+
+    events = clip_event_accuracy(load_synthetic_clips(args.clips), ground_truth, predictions,
+                                 score_threshold=args.event_threshold)
+    tracks = track_detections(load_clip_annotations(args.clips), ground_truth, predictions,
+                              score_threshold=args.event_threshold)
+    write_table(events_table(events, "events", str(args.clips)), out)
+    write_table(tracks_table(tracks, "tracks", f"clip tracks of {args.clips}"), out)
+    console.print(f"event accuracy: {100 * events.accuracy():.1f}% over {len(events.clips)} clips", highlight=False)
+    share, median = tracks.detected_share(), tracks.median_first_detection_m()
+    console.print(f"tracks: {len(tracks.tracks)}, detected {'n/a' if share is None else f'{100 * share:.1f}%'}, "
+                  f"median first-detection distance {'n/a' if median is None else f'{median:.1f} m'}",
+                  highlight=False)
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
@@ -190,7 +213,9 @@ def evaluate_command(args: argparse.Namespace) -> int:
         report = evaluate_coco(ground_truth, predictions)
         write_table(metrics_table(report, "metrics", str(test_set.gt_json)), out)
         console.print(_metrics_view(report, f"{test_set.gt_json.name} (%)"))
-        if args.clips:
+        if args.clips and is_synthetic_manifest(args.clips):
+            _score_synthetic_clips(args, ground_truth, predictions, out)
+        elif args.clips:
             from synrail.train.detector import frame_scorer
             from synrail.train.events import event_accuracy, load_clips
 

@@ -1,4 +1,5 @@
-"""PNG figures beside the dataset card: class, distance and condition histograms, a sample grid."""
+"""Figures beside the dataset card: class, distance and condition histograms, a sample grid (PNG), and an
+animated preview of the approach clips (GIF)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,29 @@ import base64
 import io
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 
 from synrail.export.card import DISTANCE_BINS_M, distance_bucket
-from synrail.records import ImageRow, ManifestAnnotationRow
+from synrail.records import ClipAnnotationRow, ClipImageRow, ImageRow, ManifestAnnotationRow
 from synrail.storage.store import Store
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 GRID_IMAGES = 6
 GRID_TILE_WIDTH = 480
+# The clip preview stays small (a card figure, not a video): a few clips side by side, downscaled,
+# at a few frames per second, for at most a few seconds.
+PREVIEW_CLIPS = 3
+PREVIEW_TILE_WIDTH = 240
+PREVIEW_FPS = 5.0
+PREVIEW_MAX_FRAMES = 20
+PREVIEW_COLOURS = 32  # GIF palette size: 64 makes the file ~1.5x larger
+TRACK_COLOURS_BGR = ((0, 0, 255), (0, 200, 255), (255, 128, 0), (255, 0, 255), (0, 255, 0), (255, 255, 0))
+LABEL_COLOURS_BGR = (*TRACK_COLOURS_BGR, (255, 255, 255))  # the tracks', then the frame name's
 
 
 def _bar_chart(counts: dict[str, int], title: str) -> bytes:
@@ -118,3 +132,103 @@ def write_card_figures(out: Store, images: Sequence[ImageRow], annotations: Sequ
     for path, data in figures.items():
         out.write_bytes(path, data)
     return list(figures)
+
+
+def preview_clip_ids(images: Sequence[ClipImageRow]) -> list[str]:
+    """The clips the preview shows: the first ``PREVIEW_CLIPS`` with an obstacle in some frame, else the first ones."""
+    order = list(dict.fromkeys(i.clip_id for i in images))
+    with_obstacles = list(dict.fromkeys(i.clip_id for i in images if i.num_annotations > 0))
+    return (with_obstacles + [c for c in order if c not in with_obstacles])[:PREVIEW_CLIPS]
+
+
+def preview_frame_numbers(frames: int, fps: float) -> list[int]:
+    """The frames shown: one every ``fps / PREVIEW_FPS`` (every frame of a slower clip), at most
+    ``PREVIEW_MAX_FRAMES``.
+
+    Args:
+        frames: the clip's frame count.
+        fps: its frame rate.
+
+    Returns:
+        The ``frame_in_clip`` values shown, in order.
+    """
+    stride = max(1, round(fps / PREVIEW_FPS))
+    return list(range(0, frames, stride))[:PREVIEW_MAX_FRAMES]
+
+
+def _preview_tile(out: Store, image: ClipImageRow, boxes: Sequence[ClipAnnotationRow]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """One clip frame, downscaled, and its label layer: each track's box and id, and the frame's name,
+    as 1-based indices into ``LABEL_COLOURS_BGR`` (0: the scene shows through).
+
+    The labels stay apart from the picture so the GIF palette cannot merge them into the scene's
+    colours (a red box on a dark frame would vanish)."""
+    pixels = cv2.imdecode(np.frombuffer(out.read_bytes(image.file_name), np.uint8), cv2.IMREAD_COLOR)
+    scale = PREVIEW_TILE_WIDTH / pixels.shape[1]
+    tile = cv2.resize(pixels, (PREVIEW_TILE_WIDTH, round(pixels.shape[0] * scale)), interpolation=cv2.INTER_AREA)
+    labels = np.zeros(tile.shape[:2], np.uint8)
+    # each label is inked on a blank layer first: OpenCV's small text is always anti-aliased, and its
+    # faint edge pixels are kept too, which keeps tiny glyphs legible
+    for a in boxes:  # drawn after downscaling, so lines and text stay sharp
+        layer = np.zeros_like(labels)
+        x1, y1 = round(a.bbox_x * scale), round(a.bbox_y * scale)
+        x2, y2 = round((a.bbox_x + a.bbox_w) * scale) - 1, round((a.bbox_y + a.bbox_h) * scale) - 1
+        cv2.rectangle(layer, (x1, y1), (max(x1, x2), max(y1, y2)), 255, 1)
+        cv2.putText(layer, f"id {a.track_id} {a.distance_m:.0f} m", (x1, max(9, y1 - 3)), cv2.FONT_HERSHEY_SIMPLEX,
+                    0.3, 255, 1)
+        labels[layer > 64] = 1 + a.track_id % len(TRACK_COLOURS_BGR)
+    layer = np.zeros_like(labels)
+    cv2.putText(layer, f"{image.clip_id} f{image.frame_in_clip}", (3, 10), cv2.FONT_HERSHEY_SIMPLEX, 0.3, 255, 1)
+    labels[layer > 64] = len(LABEL_COLOURS_BGR)
+    return tile, labels
+
+
+def _palette_frame(picture_bgr: np.ndarray, labels: np.ndarray) -> Image.Image:
+    """A GIF frame: the picture quantized to the palette's free entries, the labels in their reserved ones."""
+    from PIL import Image
+
+    rgb = cv2.cvtColor(picture_bgr, cv2.COLOR_BGR2RGB)
+    free = PREVIEW_COLOURS - len(LABEL_COLOURS_BGR)
+    scene = Image.fromarray(rgb).quantize(free, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    indices = np.asarray(scene).copy()
+    indices[labels > 0] = free + labels[labels > 0] - 1
+    palette = (scene.getpalette() or [])[:3 * free]
+    palette += [0] * (3 * free - len(palette))
+    palette += [channel for b, g, r in LABEL_COLOURS_BGR for channel in (r, g, b)]
+    frame = Image.fromarray(indices, mode="P")
+    frame.putpalette(palette)
+    return frame
+
+
+def clip_preview_gif(out: Store, images: Sequence[ClipImageRow], annotations: Sequence[ClipAnnotationRow],
+                     fps: float) -> bytes:
+    """An animated GIF of a few clips side by side, boxes and track ids drawn, looping.
+
+    The same frames and labels give the same bytes (a fixed palette size, no dithering, no timestamps).
+
+    Args:
+        out: the dataset, which holds the clip frames.
+        images: the clip frame rows.
+        annotations: the clip annotation rows, whose boxes are drawn.
+        fps: the clips' frame rate (every clip of a build has it).
+
+    Returns:
+        The GIF's bytes; a clip shorter than the others holds its last frame.
+    """
+    chosen = preview_clip_ids(images)
+    frames = {c: sorted((i for i in images if i.clip_id == c), key=lambda i: i.frame_in_clip) for c in chosen}
+    boxes: dict[tuple[str, int], list[ClipAnnotationRow]] = {}
+    for a in annotations:
+        boxes.setdefault((a.clip_id, a.frame_in_clip), []).append(a)
+    shown = preview_frame_numbers(max(len(f) for f in frames.values()), fps)
+    pictures = []
+    for number in shown:
+        tiles = []
+        for clip in chosen:
+            image = frames[clip][min(number, len(frames[clip]) - 1)]
+            tiles.append(_preview_tile(out, image, boxes.get((clip, image.frame_in_clip), [])))
+        pictures.append(_palette_frame(np.hstack([t for t, _ in tiles]), np.hstack([m for _, m in tiles])))
+    buffer = io.BytesIO()
+    pictures[0].save(buffer, format="GIF", save_all=True, append_images=pictures[1:], loop=0,
+                     duration=round(1000 / PREVIEW_FPS), optimize=False)
+    return buffer.getvalue()

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from synrail.config import BuildConfig
 from synrail.export.card import dataset_card
 from synrail.export.coco import coco_document
-from synrail.export.plots import write_card_figures
+from synrail.export.plots import clip_preview_gif, write_card_figures
 from synrail.export.yolo import data_yaml
 from synrail.records import (
     SPLITS,
@@ -37,6 +37,7 @@ from synrail.storage.tables import read_rows, rows_bytes, table_bytes
 CONFIG_SECTIONS = None  # the export writes the whole config into the card: every section counts
 
 BUILD_RECORDS = ".synrail/records.json"
+CLIP_PREVIEW = "card/clips.gif"
 
 
 class BuildRecords(BaseModel):
@@ -125,11 +126,12 @@ def _read_clips(clips: Sequence[ClipRecord], out: Store, first_annotation_id: in
 
 
 def _write_clips(clips: Sequence[ClipRecord], tables: ClipTables, out: Store) -> None:
-    """clips.csv, MOT ground truth per clip and the clip manifests."""
+    """clips.csv, MOT ground truth per clip, the clip manifests and the card's animated preview."""
     out.write_text("clips.csv", clips_csv(clips))
     for clip in clips:
         out.write_text(f"clips/{clip.clip_id}/gt/gt.txt",
                        mot_gt([r for r in tables.annotations if r.clip_id == clip.clip_id]))
+    out.write_bytes(CLIP_PREVIEW, clip_preview_gif(out, tables.images, tables.annotations, clips[0].fps))
     out.write_bytes("manifest/clip_frames.parquet", rows_bytes(tables.images, ClipImageRow))
     out.write_bytes("manifest/clip_annotations.parquet", table_bytes(
         [dict(r.model_dump(), annotation_id=i) for r, i in zip(tables.annotations, tables.annotation_ids,
@@ -244,5 +246,7 @@ def clip_card_section(clips: Sequence[ClipRecord], tables: ClipTables) -> str:
     speeds = [c.speed_kmh for c in clips]
     lines += ["", f"Speed {min(speeds):.0f}-{max(speeds):.0f} km/h at {clips[0].fps:g} fps; obstacles fixed on "
               "the track; per-frame labels carry `track_id`, frames `clip_id` and `frame_in_clip`; "
-              "`clips.csv` and MOT `clips/<clip_id>/gt/gt.txt`.", ""]
+              "`clips.csv` and MOT `clips/<clip_id>/gt/gt.txt`.", "",
+              "Preview (the first clips with obstacles, boxes with track id and distance):", "",
+              f"![{CLIP_PREVIEW}]({CLIP_PREVIEW})", ""]
     return "\n".join(lines)

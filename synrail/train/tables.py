@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from synrail.train.evaluate import CONDITION_GROUPS, DISTANCE_BUCKETS_M, UNSEEN_CLASS, EvalReport, bucket_label
-from synrail.train.events import EventReport
+from synrail.train.events import EventReport, TrackReport
 
 Cell = str | float | int | None
 MISSING = "n/a"
@@ -164,6 +164,25 @@ def events_table(report: EventReport, key: str, title: str) -> Table:
         rows.append([track_type or "all", len(clips), *counts.values(), _pct(report.accuracy(track_type))])
     return Table(key=key, title=f"{title} (score >= {report.score_threshold:g}, {report.sample_fps:g} fps, Acc in %)",
                  columns=["track type", "clips", "TP", "TN", "FP", "FN", "Acc"], rows=rows)
+
+
+def tracks_table(report: TrackReport, key: str, title: str) -> Table:
+    """One row per clip track: frames labelled and detected, first and first-detection distances (m).
+
+    Args:
+        report: the tracks' results.
+        key: the table's key (file stem, artifact key).
+        title: its title (the thresholds are appended).
+
+    Returns:
+        The table; "n/a" where a track was never detected.
+    """
+    rows: list[list[Cell]] = [[t.clip_id, t.track_id, t.class_name, t.frames, t.detected_frames,
+                               t.first_distance_m, t.first_detection_frame, t.first_detection_distance_m]
+                              for t in report.tracks]
+    return Table(key=key, title=f"{title} (score >= {report.score_threshold:g}, IoU >= {report.iou_threshold:g})",
+                 columns=["clip", "track", "class", "frames", "detected frames", "first distance (m)",
+                          "first detection frame", "first detection distance (m)"], rows=rows)
 
 
 def table3_track_types(models: Sequence[ModelResult]) -> Table:

@@ -5,9 +5,21 @@ import csv
 import json
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
+from PIL import Image
 
 from synrail.config import load_config
+from synrail.export.plots import (
+    PREVIEW_CLIPS,
+    PREVIEW_FPS,
+    PREVIEW_TILE_WIDTH,
+    TRACK_COLOURS_BGR,
+    _preview_tile,
+    preview_clip_ids,
+    preview_frame_numbers,
+)
 from synrail.export.validate import validate_dataset
 from synrail.rail.geometry import TrackPose, back_project_to_world
 from synrail.records import ClipAnnotationRow, ClipImageRow
@@ -107,3 +119,35 @@ def test_a_config_without_clips_keeps_its_content_and_hash():
     plain = load_config(ROOT / "configs" / "tiny.yaml")
     explicit = load_config(ROOT / "configs" / "tiny.yaml", {"sequences.clips": 0})
     assert "sequences" not in plain.content_dict() and plain.build_hash() == explicit.build_hash()
+
+
+def test_the_card_previews_clips_with_boxes_and_track_ids(built):
+    out, clips, rows, frames = built
+    assert "![card/clips.gif](card/clips.gif)" in (out / "dataset_card.md").read_text()
+    gif = Image.open(out / "card" / "clips.gif")
+    shown = preview_frame_numbers(clips[0].frames, clips[0].fps)
+    assert gif.format == "GIF" and gif.n_frames == len(shown) and gif.info["duration"] == 1000 / PREVIEW_FPS
+    chosen = preview_clip_ids([f for c in clips for f in frames[c.clip_id]])
+    assert gif.size[0] == PREVIEW_TILE_WIDTH * len(chosen) and len(chosen) == min(PREVIEW_CLIPS, len(clips))
+    store = Store(str(out))
+    for k, number in enumerate(shown):  # each box's outline is drawn in its track's colour, exactly
+        gif.seek(k)
+        picture = cv2.cvtColor(np.asarray(gif.convert("RGB")), cv2.COLOR_RGB2BGR)
+        for slot, clip in enumerate(chosen):
+            tile = picture[:, slot * PREVIEW_TILE_WIDTH:(slot + 1) * PREVIEW_TILE_WIDTH]
+            plain, _ = _preview_tile(store, frames[clip][number], [])
+            scale = PREVIEW_TILE_WIDTH / frames[clip][number].width
+            for r in (r for r in rows[clip] if r.frame_in_clip == number):
+                x1, x2 = round(r.bbox_x * scale), round((r.bbox_x + r.bbox_w) * scale) - 1
+                y = round((r.bbox_y + r.bbox_h) * scale) - 1  # the bottom edge: no label text there
+                colour = TRACK_COLOURS_BGR[r.track_id % len(TRACK_COLOURS_BGR)]
+                assert (tile[y, x1:x2 + 1] == colour).all(axis=1).mean() >= 0.8, (clip, number, r.track_id)
+                assert (plain[y, x1:x2 + 1] == colour).all(axis=1).mean() < 0.5  # not the scene's own colour
+    assert len((out / "card" / "clips.gif").read_bytes()) < 200_000 * len(shown)
+
+
+def test_the_clip_preview_has_the_same_bytes_whatever_the_chunking(built, tmp_path):
+    out, _, _, _ = built
+    again = tmp_path / "again"
+    build_in_process(load_config(CONFIG, {"execution.clips_per_task": 1, "execution.chunk_size": 2}), str(again))
+    assert (again / "card" / "clips.gif").read_bytes() == (out / "card" / "clips.gif").read_bytes()
