@@ -71,7 +71,8 @@ def _plain_stage(job: tuple[str, BuildConfig, list[tuple[int, int]], Any]) -> fl
     """One process's share of a stage as plain library calls; returns its CPU seconds."""
     import cv2
 
-    from synrail.stages import compose as pipeline
+    from synrail.stages.backgrounds import prepare_background
+    from synrail.stages.compose import compose_chunk
     from synrail.storage.store import Store
 
     cv2.setNumThreads(1)  # as in the Dask workers (flows/runners.py)
@@ -81,11 +82,11 @@ def _plain_stage(job: tuple[str, BuildConfig, list[tuple[int, int]], Any]) -> fl
         cache = Store(inputs)
         for first, stop in ranges:
             for index in range(first, stop):
-                pipeline.prepare_background(cfg, index, cache)
+                prepare_background(cfg, index, cache)
     elif stage == "compose":
         backgrounds, gallery, cache_url, out_url = inputs
         for first, stop in ranges:
-            pipeline.compose_chunk(cfg, first, stop, backgrounds, gallery, Store(cache_url), Store(out_url))
+            compose_chunk(cfg, first, stop, backgrounds, gallery, Store(cache_url), Store(out_url))
     return time.process_time() - started
 
 
