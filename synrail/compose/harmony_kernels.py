@@ -279,7 +279,10 @@ def ring_statistics_transfer(obj_lab: np.ndarray, ring_lab: np.ndarray, lightnes
                              chroma: tuple[float, float], spread: tuple[float, float]) -> np.ndarray:
     """Lab statistics moved from the ring to the object, each by its posterior share (:func:`posterior_shift`).
 
-    - the lightness mean by the posterior of the ring-minus-object mean difference;
+    - the lightness mean by the posterior of the ring-minus-object mean difference, whose scene spread
+      is ``lightness[1]`` times the pooled lightness spread of object and ring: two heterogeneous
+      regions differ in mean by their own content (a bright object on a dark table, a white rocket
+      on blue sky), two uniform ones hardly, so a heterogeneous pair is shrunk toward no shift;
     - the colour cast (the a, b means) along the ring-minus-object chroma difference, by the posterior
       of its length: an object far from its ring in colour (saturated, its colour its own) keeps it;
     - the spread of each channel (contrast, saturation) by the posterior of the log std ratio, within
@@ -288,7 +291,8 @@ def ring_statistics_transfer(obj_lab: np.ndarray, ring_lab: np.ndarray, lightnes
     Args:
         obj_lab: N x 3 Lab, the object's pixels.
         ring_lab: M x 3 Lab, the ring's.
-        lightness: (prior range, scene spread) of the lightness mismatch, L units.
+        lightness: (prior range in L units, scene spread per pooled L standard deviation) of the
+            lightness mismatch.
         chroma: (prior range, scene spread) of the cast, a-b units.
         spread: (prior range, scene spread) of the log std ratio.
 
@@ -298,7 +302,9 @@ def ring_statistics_transfer(obj_lab: np.ndarray, ring_lab: np.ndarray, lightnes
     obj_mean, obj_std = mean_std(obj_lab)
     ring_mean, ring_std = mean_std(ring_lab)
     shift = np.zeros(3, dtype=np.float32)
-    shift[0] = posterior_shift(ring_mean[0] - obj_mean[0], *lightness)
+    prior_range, spread_share = lightness
+    pooled_spread = float(np.hypot(ring_std[0], obj_std[0]))
+    shift[0] = posterior_shift(ring_mean[0] - obj_mean[0], prior_range, spread_share * pooled_spread)
     cast = ring_mean[1:] - obj_mean[1:]
     length = float(np.hypot(*cast))
     if length > _EPS:

@@ -35,7 +35,14 @@ from synrail.compose.harmonizers import (
     TorchScriptHarmonizer,
     make_harmonizer,
 )
-from synrail.compose.harmony_kernels import exposure_correction, harmonize_lab, posterior_shift, ring_pixels, to_lab
+from synrail.compose.harmony_kernels import (
+    exposure_correction,
+    harmonize_lab,
+    posterior_shift,
+    ring_pixels,
+    ring_statistics_transfer,
+    to_lab,
+)
 from synrail.config import (
     DEFAULT_HARMONIZE,
     ComposeConfig,
@@ -341,13 +348,34 @@ def test_ring_keeps_a_saturated_object_saturated_and_removes_a_slight_cast():
     assert _chroma(RingHarmonizer().harmonize(tinted, mask)[mask]) < 0.6 * _chroma(tinted[mask])
 
 
-def test_ring_reads_a_wider_surrounding_than_lab():
-    assert RingHarmonizer().context_px(100) == 30 and GlobalLabHarmonizer().context_px(100) == 15
+def test_ring_reads_only_its_ring():
+    assert RingHarmonizer().context_px(100) == 15 == GlobalLabHarmonizer().context_px(100)
+    assert RingHarmonizer(ring_share=0.3).context_px(100) == 30
     image, mask = _scene()
     composite = _pasted(image, mask)
     full = RingHarmonizer().harmonize(composite, mask)
-    window = (slice(20, 90), slice(10, 120))  # the object's box plus its 30 % ring, cut at the border
+    window = (slice(37, 90), slice(22, 99))  # the object's box plus its 15 % ring, cut at the border
     assert np.array_equal(RingHarmonizer().harmonize(composite[window], mask[window]), full[window])
+
+
+def _lab_region(mean_l: float, std_l: float, seed: int, count: int = 4000) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.normal(mean_l, std_l, count), rng.normal(0, 2, count), rng.normal(0, 2, count)],
+                    axis=1).astype(np.float32)
+
+
+def test_lightness_shift_shrinks_when_object_and_ring_are_heterogeneous():
+    """The same 20 L difference: between two uniform regions it is a mismatch and is mostly undone;
+    between two heterogeneous ones (a bright textured object on a textured scene) their own content
+    explains it and most of it is kept."""
+    keep = ((1e-6, 1.0), (1e-6, 1.0))  # chroma and spread untouched: the lightness alone
+    shifts = {}
+    for std_l in (3.0, 25.0):
+        obj, ring = _lab_region(40.0, std_l, 0), _lab_region(60.0, std_l, 1)
+        out = ring_statistics_transfer(obj, ring, (40.0, 2.5), *keep)
+        shifts[std_l] = float(out[:, 0].mean() - obj[:, 0].mean())
+    assert shifts[3.0] > 15.0  # uniform: mostly undone
+    assert 0.0 < shifts[25.0] < 0.5 * shifts[3.0]  # heterogeneous: mostly kept
 
 
 # --- the config union and its deprecated flat keys ---------------------------------------------------
