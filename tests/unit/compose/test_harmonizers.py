@@ -15,7 +15,9 @@ import pytest
 import torch
 
 from benchmarks.harmonization_benchmark import (
+    HELD_OUT_HALF,
     PSNR_CAP_DB,
+    TUNING_HALF,
     Sample,
     evaluate_harmonizers,
     evaluate_triplets,
@@ -24,6 +26,7 @@ from benchmarks.harmonization_benchmark import (
     iharmony_triplets,
     parse_composite_name,
     perturb_object,
+    split_halves,
     summarize,
 )
 from synrail.compose.harmonizers import (
@@ -473,6 +476,21 @@ def test_iharmony_layouts_flat_and_per_subset(tmp_path):
         iharmony_triplets(tmp_path / "flat")
     with pytest.raises(FileNotFoundError, match="composite_images"):
         iharmony_triplets(tmp_path / "nothing")
+
+
+def test_halves_keep_every_composite_of_a_real_image_together(tmp_path):
+    names = {"a0001": ["a0001_1_1", "a0001_1_2"], "a0002": ["a0002_1_1"], "f9": ["f9_1_4", "f9_2_1"]}
+    _write_triplets(tmp_path, names)
+    half = split_halves(iharmony_triplets(tmp_path))
+    assert half == {"a0001_1_1": TUNING_HALF, "a0001_1_2": TUNING_HALF, "a0002_1_1": HELD_OUT_HALF,
+                    "f9_1_4": TUNING_HALF, "f9_2_1": TUNING_HALF}  # real images a0001, a0002, f9: even, odd, even
+    result = subprocess.run([sys.executable, str(SCRIPT), "--iharmony", str(tmp_path), "--halves"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith(("tuning ", "held-out "))]
+    assert [row[2] for row in rows if row[0] == "tuning"] == [row[2] for row in rows if row[0] == "held-out"]
+    assert len(rows) == 14 and rows[0][2] == "none"  # every backend, in each half
+    assert all(row[-2].endswith("/4" if row[0] == "tuning" else "/1") for row in rows)  # cases per half
 
 
 class _Worse:
