@@ -277,7 +277,7 @@ class RingHarmonizeConfig(LocalHarmonizeConfig):
     backend: Literal["ring"]
     cast_strength: float = Field(default=1.0, ge=0, le=1)
     cast_prior: tuple[float, float] = (0.4, 0.2)
-    lightness: tuple[float, float] = Field(default=(40.0, 2.5),
+    lightness: tuple[float, float] = Field(default=(40.0, 3.0),
                                            description="(prior range in L, scene spread per pooled L std)")
     chroma: tuple[float, float] = (10.0, 8.0)
     spread: tuple[float, float] = (0.3, 0.3)

@@ -222,7 +222,7 @@ class RingHarmonizer(LocalStatsHarmonizer):
 
     name = "ring"
 
-    def __init__(self, lightness: tuple[float, float] = (40.0, 2.5), chroma: tuple[float, float] = (10.0, 8.0),
+    def __init__(self, lightness: tuple[float, float] = (40.0, 3.0), chroma: tuple[float, float] = (10.0, 8.0),
                  spread: tuple[float, float] = (0.3, 0.3), ring_share: float = RING_SHARE,
                  cast_prior: tuple[float, float] = (0.4, 0.2),
                  exposure_range: float = 0.6, scene_spread: float = 0.3, cast_strength: float = 1.0,

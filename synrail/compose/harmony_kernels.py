@@ -23,6 +23,9 @@ CONTRAST_LIMITS = (0.7, 1.4)  # never flatten or blow up an object's own texture
 _RING_SAMPLES = 2048  # statistics need no more pixels
 _CLIPPED_WHITE = 0.97  # an object white point this close to 1 may be clipped: it bounds the exposure only
 _POSTERIOR_GRID = 241  # points of a posterior over a mismatch
+_TONE_FLOOR = 1e-3  # L / 100 below this counts as this in the power's fit (its log stays finite)
+_TONE_STEPS = 12  # Newton steps for a tone curve's power (it converges in 3-5)
+_TONE_POWERS = (0.2, 5.0)  # the powers a tone curve may take
 _SCENE_TAIL_DOF = 3.0  # Student-t degrees of freedom of the scene's own object-to-ring difference
 
 
@@ -304,15 +307,46 @@ def ring_statistics_transfer(obj_lab: np.ndarray, ring_lab: np.ndarray, lightnes
     shift = np.zeros(3, dtype=np.float32)
     prior_range, spread_share = lightness
     pooled_spread = float(np.hypot(ring_std[0], obj_std[0]))
-    shift[0] = posterior_shift(ring_mean[0] - obj_mean[0], prior_range, spread_share * pooled_spread)
+    lightness_shift = float(posterior_shift(ring_mean[0] - obj_mean[0], prior_range, spread_share * pooled_spread))
     cast = ring_mean[1:] - obj_mean[1:]
     length = float(np.hypot(*cast))
     if length > _EPS:
         shift[1:] = cast / length * posterior_shift(length, *chroma)
     scale = np.clip(np.exp(posterior_shift(np.log(ring_std / obj_std), *spread)), *CONTRAST_LIMITS)
     out = (obj_lab - obj_mean) * scale.astype(np.float32) + obj_mean + shift
-    out[:, 0] = np.clip(out[:, 0], 0.0, 100.0)
+    out[:, 0] = tone_curve(np.clip(out[:, 0], 0.0, 100.0), obj_mean[0] + lightness_shift)
     return out
+
+
+def tone_curve(lightness: np.ndarray, target_mean: float) -> np.ndarray:
+    """``lightness`` (L in [0, 100]) through the power curve L' = 100 (L / 100)^g whose mean is
+    ``target_mean``: an exposure or gamma edit's shape, which keeps black and white where they are
+    (an added constant would clip highlights or lift blacks).
+
+    Args:
+        lightness: N values in [0, 100].
+        target_mean: the mean wanted, kept within [1, 99].
+
+    Returns:
+        N values in [0, 100].
+    """
+    if lightness.size == 0:
+        return lightness
+    unit = np.clip(lightness / 100.0, 0.0, 1.0)
+    sample = np.maximum(subsample(unit, _RING_SAMPLES).astype(np.float64), _TONE_FLOOR)  # finite logs
+    log_sample = np.log(sample)
+    target = float(np.clip(target_mean, 1.0, 99.0)) / 100.0
+    power = 1.0
+    for _ in range(_TONE_STEPS):  # Newton on mean(L^g) = target: mean(L^g) falls monotonically in g
+        powered = sample ** power
+        slope = float((powered * log_sample).mean())
+        if abs(slope) < 1e-9:
+            break
+        step = (float(powered.mean()) - target) / slope
+        power = float(np.clip(power - step, *_TONE_POWERS))
+        if abs(step) < 1e-4:
+            break
+    return (100.0 * unit ** power).astype(lightness.dtype)
 
 
 # --- fills for gradient-domain blending ------------------------------------------------------------

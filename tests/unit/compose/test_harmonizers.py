@@ -45,6 +45,7 @@ from synrail.compose.harmony_kernels import (
     ring_pixels,
     ring_statistics_transfer,
     to_lab,
+    tone_curve,
 )
 from synrail.config import (
     DEFAULT_HARMONIZE,
@@ -365,6 +366,16 @@ def _lab_region(mean_l: float, std_l: float, seed: int, count: int = 4000) -> np
     rng = np.random.default_rng(seed)
     return np.stack([rng.normal(mean_l, std_l, count), rng.normal(0, 2, count), rng.normal(0, 2, count)],
                     axis=1).astype(np.float32)
+
+
+def test_tone_curve_reaches_the_mean_and_keeps_black_and_white():
+    lightness = np.linspace(0.0, 100.0, 501, dtype=np.float32)
+    for target in (30.0, 70.0):
+        out = tone_curve(lightness, target)
+        assert abs(float(out.mean()) - target) < 0.5
+        assert out[0] < 0.5 and out[-1] == pytest.approx(100.0)  # black and white stay
+        assert np.all(np.diff(out) >= 0)  # a tone curve: the order of the pixels is kept
+    assert np.allclose(tone_curve(lightness, float(lightness.mean())), lightness, atol=0.1)  # no change asked
 
 
 def test_lightness_shift_shrinks_when_object_and_ring_are_heterogeneous():
