@@ -280,7 +280,7 @@ class RingHarmonizeConfig(LocalHarmonizeConfig):
     lightness: tuple[float, float] = Field(default=(40.0, 3.0),
                                            description="(prior range in L, scene spread per pooled L std)")
     chroma: tuple[float, float] = (10.0, 8.0)
-    spread: tuple[float, float] = (0.3, 0.3)
+    spread: tuple[float, float] = Field(default=(0.0, 0.3), description="(prior range, scene spread); 0: off")
     ring_share: float = Field(default=0.15, gt=0, le=2, description="ring width / object height")
 
 
