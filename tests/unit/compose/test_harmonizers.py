@@ -58,6 +58,7 @@ from synrail.config import (
 )
 
 SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "harmonize.py"
+SPEED_SCRIPT = SCRIPT.with_name("harmonize_speed.py")
 
 GAIN_RGB = (1.3, 0.8, 1.1)
 
@@ -502,6 +503,15 @@ def test_halves_keep_every_composite_of_a_real_image_together(tmp_path):
     assert [row[2] for row in rows if row[0] == "tuning"] == [row[2] for row in rows if row[0] == "held-out"]
     assert len(rows) == 14 and rows[0][2] == "none"  # every backend, in each half
     assert all(row[-2].endswith("/4" if row[0] == "tuning" else "/1") for row in rows)  # cases per half
+
+
+def test_the_speed_benchmark_prints_cpu_time_per_backend_against_the_last():
+    result = subprocess.run([sys.executable, str(SPEED_SCRIPT), "--images", "2", "--rounds", "1",
+                             "--backends", "none,local"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0].strip() for line in lines] == ["none", "local"]
+    assert lines[1].endswith("ms CPU per image, 1.000x local") and "x local" in lines[0]
 
 
 class _Worse:
