@@ -174,6 +174,25 @@ def iharmony_triplets(root: str | Path) -> list[Triplet]:
     return [t for folder in folders for t in _triplets_in(folder, folder.name)]
 
 
+TUNING_HALF, HELD_OUT_HALF = "tuning half", "held-out half"
+
+
+def split_halves(triplets: Sequence[Triplet]) -> dict[str, str]:
+    """Composite name -> ``TUNING_HALF`` when its real image's name sorts into an even position among
+    the real images (0, 2, ...), else ``HELD_OUT_HALF``: every composite of one real image falls in
+    one half, so a backend tuned on one half is judged on photographs it never saw.
+
+    Args:
+        triplets: from :func:`iharmony_triplets`.
+
+    Returns:
+        The half of each triplet, by its ``name``.
+    """
+    reals = sorted({t.real.stem for t in triplets})
+    position = {name: index for index, name in enumerate(reals)}
+    return {t.name: TUNING_HALF if position[t.real.stem] % 2 == 0 else HELD_OUT_HALF for t in triplets}
+
+
 def load_triplet(triplet: Triplet, size: int = IHARMONY_SIZE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(composite, mask, real) at ``size`` x ``size`` as the protocol scores them: the images resized
     with pixel-area averaging, the mask resized the same way and kept where it is at least half on."""

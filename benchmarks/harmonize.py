@@ -1,7 +1,8 @@
 """Harmonization measured against real photographs: on iHarmony4's real composites (the judge), or on
 photographs whose object we recolour ourselves (a second opinion).
 
-    python benchmarks/harmonize.py --iharmony DIR [--torchscript MODEL.pt] [--onnx MODEL.onnx] [--device cuda]
+    python benchmarks/harmonize.py --iharmony DIR [--halves] [--torchscript MODEL.pt] [--onnx MODEL.onnx]
+                                   [--device cuda]
     python benchmarks/harmonize.py [--perturbations 30] [--seeds 12-19] [--samples DIR] [--overlays DIR]
                                    [--torchscript MODEL.pt] [--onnx MODEL.onnx] [--device cuda]
 
@@ -9,7 +10,8 @@ photographs whose object we recolour ourselves (a second opinion).
 ``real_images/NAME.jpg``; one flat folder, or a folder per sub-dataset), scored by the dataset's
 protocol at 256 x 256: MSE, fMSE over the foreground, PSNR, per sub-dataset and overall, every
 backend against the unharmonized composite, with the time per image and the count of triplets a
-backend made worse than the composite.
+backend made worse than the composite. --halves adds the table of the two halves tuning uses (the
+triplets whose real image sorts into an even position, and the rest, held out).
 
 Without it: scikit-image's bundled photographs with hand-placed object masks (needs scikit-image),
 or with --samples the user's own DIR/images/<stem>.png|jpg + DIR/masks/<stem>.png instead. Each
@@ -38,6 +40,7 @@ from benchmarks.harmonization_benchmark import (  # noqa: E402
     iharmony_triplets,
     mask_overlay,
     skimage_samples,
+    split_halves,
     summarize,
 )
 from synrail.compose.harmonizers import Harmonizer, make_harmonizer  # noqa: E402
@@ -97,7 +100,11 @@ def run_iharmony(args: argparse.Namespace) -> None:
         counts[triplet.subset] = counts.get(triplet.subset, 0) + 1
     print(f"{len(triplets)} iHarmony4 triplets at 256x256 ("
           + ", ".join(f"{name} {count}" for name, count in sorted(counts.items())) + ")\n")
-    print_table(summarize(evaluate_triplets(triplets, harmonizers)), list(harmonizers), "sub-dataset")
+    rows = evaluate_triplets(triplets, harmonizers)
+    print_table(summarize(rows), list(harmonizers), "sub-dataset")
+    if args.halves:
+        half = split_halves(triplets)
+        print_table(summarize([{**row, "group": half[row["case"]]} for row in rows]), list(harmonizers), "half")
 
 
 def run_synthetic(args: argparse.Namespace) -> None:
@@ -128,6 +135,8 @@ def main() -> None:
     parser.add_argument("--device", help="device for --torchscript (default: cuda when available)")
     parser.add_argument("--iharmony", type=Path,
                         help="score iHarmony4 triplets under DIR instead (flat, or a folder per sub-dataset)")
+    parser.add_argument("--halves", action="store_true",
+                        help="with --iharmony: also score the tuning half (real images in even name order), the rest")
     args = parser.parse_args()
     if args.iharmony:
         run_iharmony(args)

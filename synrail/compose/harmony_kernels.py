@@ -13,6 +13,8 @@ built from. Nothing here keeps state or knows about configs.
 
 from __future__ import annotations
 
+import functools
+
 import cv2
 import numpy as np
 from scipy import special
@@ -23,6 +25,13 @@ CONTRAST_LIMITS = (0.7, 1.4)  # never flatten or blow up an object's own texture
 _RING_SAMPLES = 2048  # statistics need no more pixels
 _CLIPPED_WHITE = 0.97  # an object white point this close to 1 may be clipped: it bounds the exposure only
 _POSTERIOR_GRID = 241  # points of a posterior over a mismatch
+_LAB_8BIT_SCALE = np.array([100.0 / 255.0, 1.0, 1.0], dtype=np.float32)  # OpenCV's 8-bit Lab: L * 255 / 100,
+_LAB_8BIT_OFFSET = np.array([0.0, 128.0, 128.0], dtype=np.float32)  # a + 128, b + 128
+_TONE_FLOOR = 1e-3  # L / 100 below this counts as this in the power's fit (its log stays finite)
+_TONE_STEPS = 12  # Newton steps for a tone curve's power (it converges in 3-5)
+_TONE_SAMPLES = 512  # pixels a tone curve's power is fitted on
+_TONE_TOLERANCE = 5e-4  # a mean this close (in L / 100) needs no curve
+_TONE_POWERS = (0.2, 5.0)  # the powers a tone curve may take
 _SCENE_TAIL_DOF = 3.0  # Student-t degrees of freedom of the scene's own object-to-ring difference
 
 
@@ -111,6 +120,19 @@ def to_lab(pixels_bgr: np.ndarray) -> np.ndarray:
     return cv2.cvtColor(pixels_bgr.reshape(-1, 1, 3).astype(np.float32) / 255.0, cv2.COLOR_BGR2Lab).reshape(-1, 3)
 
 
+def to_lab_8bit(pixels_bgr: np.ndarray) -> np.ndarray:
+    """N x 3 BGR uint8 -> N x 3 float32 CIE Lab (L in [0, 100]) through OpenCV's 8-bit conversion:
+    table-driven, about 6x faster than :func:`to_lab`, within 0.6 in L and 2.4 in a, b of it."""
+    lab = cv2.cvtColor(np.ascontiguousarray(pixels_bgr, dtype=np.uint8).reshape(-1, 1, 3), cv2.COLOR_BGR2Lab)
+    return lab.reshape(-1, 3).astype(np.float32) * _LAB_8BIT_SCALE - _LAB_8BIT_OFFSET
+
+
+def lab_to_bgr_8bit(lab: np.ndarray) -> np.ndarray:
+    """N x 3 Lab -> N x 3 BGR uint8 through OpenCV's 8-bit conversion (the inverse of :func:`to_lab_8bit`)."""
+    coded = np.clip((np.asarray(lab, dtype=np.float32) + _LAB_8BIT_OFFSET) / _LAB_8BIT_SCALE + 0.5, 0, 255)
+    return cv2.cvtColor(coded.astype(np.uint8).reshape(-1, 1, 3), cv2.COLOR_Lab2BGR).reshape(-1, 3)
+
+
 def lab_to_bgr(lab: np.ndarray) -> np.ndarray:
     """N x 3 Lab -> N x 3 BGR uint8, rounded and clipped."""
     bgr = cv2.cvtColor(np.ascontiguousarray(lab, dtype=np.float32).reshape(-1, 1, 3), cv2.COLOR_Lab2BGR)
@@ -143,6 +165,14 @@ def white_point(values: np.ndarray, percentile: float) -> np.ndarray:
 
 # --- posteriors ------------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=64)
+def _posterior_grid(prior_range: float) -> np.ndarray:
+    """The points of a posterior over a mismatch in [-prior_range, prior_range] (cached: one per setting)."""
+    grid = np.linspace(-prior_range, prior_range, _POSTERIOR_GRID)
+    grid.flags.writeable = False
+    return grid
+
+
 def _scene_likelihood(observed: np.ndarray, grid: np.ndarray, scene_spread: float, clipped: bool) -> np.ndarray:
     """Likelihood of each ``observed`` difference (rows) if the mismatch were each ``grid`` value:
     the rest is the scene's own difference, Student-t of scale ``scene_spread``; ``clipped``: the
@@ -173,7 +203,7 @@ def exposure_correction(log_ratio: float, clipped: bool, exposure_range: float, 
     Returns:
         The log gain to multiply the object by.
     """
-    grid = np.linspace(-exposure_range, exposure_range, _POSTERIOR_GRID)
+    grid = _posterior_grid(exposure_range)
     likelihood = _scene_likelihood(np.array([log_ratio]), grid, scene_spread, clipped)[0]
     return float(np.log((likelihood * np.exp(-grid)).sum() / likelihood.sum()))
 
@@ -196,7 +226,7 @@ def posterior_shift(observed: np.ndarray, prior_range: float, scene_spread: floa
         The shifts to apply, the shape of ``observed``, each within +-``prior_range``.
     """
     values = np.asarray(observed, dtype=np.float64)
-    grid = np.linspace(-prior_range, prior_range, _POSTERIOR_GRID)
+    grid = _posterior_grid(prior_range)
     likelihood = _scene_likelihood(values.reshape(-1), grid, scene_spread, clipped=False)
     return ((likelihood @ grid) / likelihood.sum(axis=1)).reshape(values.shape)
 
@@ -279,16 +309,20 @@ def ring_statistics_transfer(obj_lab: np.ndarray, ring_lab: np.ndarray, lightnes
                              chroma: tuple[float, float], spread: tuple[float, float]) -> np.ndarray:
     """Lab statistics moved from the ring to the object, each by its posterior share (:func:`posterior_shift`).
 
-    - the lightness mean by the posterior of the ring-minus-object mean difference;
+    - the lightness mean by the posterior of the ring-minus-object mean difference, whose scene spread
+      is ``lightness[1]`` times the pooled lightness spread of object and ring: two heterogeneous
+      regions differ in mean by their own content (a bright object on a dark table, a white rocket
+      on blue sky), two uniform ones hardly, so a heterogeneous pair is shrunk toward no shift;
     - the colour cast (the a, b means) along the ring-minus-object chroma difference, by the posterior
       of its length: an object far from its ring in colour (saturated, its colour its own) keeps it;
     - the spread of each channel (contrast, saturation) by the posterior of the log std ratio, within
-      ``CONTRAST_LIMITS``.
+      ``CONTRAST_LIMITS`` (not at all for a prior range of 0).
 
     Args:
         obj_lab: N x 3 Lab, the object's pixels.
         ring_lab: M x 3 Lab, the ring's.
-        lightness: (prior range, scene spread) of the lightness mismatch, L units.
+        lightness: (prior range in L units, scene spread per pooled L standard deviation) of the
+            lightness mismatch.
         chroma: (prior range, scene spread) of the cast, a-b units.
         spread: (prior range, scene spread) of the log std ratio.
 
@@ -298,15 +332,49 @@ def ring_statistics_transfer(obj_lab: np.ndarray, ring_lab: np.ndarray, lightnes
     obj_mean, obj_std = mean_std(obj_lab)
     ring_mean, ring_std = mean_std(ring_lab)
     shift = np.zeros(3, dtype=np.float32)
-    shift[0] = posterior_shift(ring_mean[0] - obj_mean[0], *lightness)
+    prior_range, spread_share = lightness
+    pooled_spread = float(np.hypot(ring_std[0], obj_std[0]))
+    lightness_shift = float(posterior_shift(ring_mean[0] - obj_mean[0], prior_range, spread_share * pooled_spread))
     cast = ring_mean[1:] - obj_mean[1:]
     length = float(np.hypot(*cast))
     if length > _EPS:
         shift[1:] = cast / length * posterior_shift(length, *chroma)
-    scale = np.clip(np.exp(posterior_shift(np.log(ring_std / obj_std), *spread)), *CONTRAST_LIMITS)
-    out = (obj_lab - obj_mean) * scale.astype(np.float32) + obj_mean + shift
-    out[:, 0] = np.clip(out[:, 0], 0.0, 100.0)
+    out = obj_lab + shift
+    if spread[0] > 0:  # a prior range of 0: the spreads are left alone (and nothing is computed)
+        scale = np.clip(np.exp(posterior_shift(np.log(ring_std / obj_std), *spread)), *CONTRAST_LIMITS)
+        out = (obj_lab - obj_mean) * scale.astype(np.float32) + obj_mean + shift
+    out[:, 0] = tone_curve(np.clip(out[:, 0], 0.0, 100.0), obj_mean[0] + lightness_shift)
     return out
+
+
+def tone_curve(lightness: np.ndarray, target_mean: float) -> np.ndarray:
+    """``lightness`` (L in [0, 100]) through the power curve L' = 100 (L / 100)^g whose mean is
+    ``target_mean``: an exposure or gamma edit's shape, which keeps black and white where they are
+    (an added constant would clip highlights or lift blacks).
+
+    Args:
+        lightness: N values in [0, 100].
+        target_mean: the mean wanted, kept within [1, 99].
+
+    Returns:
+        N values in [0, 100].
+    """
+    target = float(np.clip(target_mean, 1.0, 99.0)) / 100.0
+    if lightness.size == 0 or abs(float(lightness.mean()) / 100.0 - target) < _TONE_TOLERANCE:
+        return lightness
+    unit = np.clip(lightness / 100.0, 0.0, 1.0)
+    log_sample = np.log(np.maximum(subsample(unit, _TONE_SAMPLES).astype(np.float64), _TONE_FLOOR))  # finite
+    power = 1.0
+    for _ in range(_TONE_STEPS):  # Newton on mean(L^g) = target: mean(L^g) falls monotonically in g
+        powered = np.exp(power * log_sample)
+        slope = float((powered * log_sample).mean())
+        if abs(slope) < 1e-9:
+            break
+        step = (float(powered.mean()) - target) / slope
+        power = float(np.clip(power - step, *_TONE_POWERS))
+        if abs(step) < 1e-3:
+            break
+    return (100.0 * unit ** power).astype(lightness.dtype)
 
 
 # --- fills for gradient-domain blending ------------------------------------------------------------

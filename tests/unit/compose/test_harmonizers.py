@@ -15,7 +15,9 @@ import pytest
 import torch
 
 from benchmarks.harmonization_benchmark import (
+    HELD_OUT_HALF,
     PSNR_CAP_DB,
+    TUNING_HALF,
     Sample,
     evaluate_harmonizers,
     evaluate_triplets,
@@ -24,6 +26,7 @@ from benchmarks.harmonization_benchmark import (
     iharmony_triplets,
     parse_composite_name,
     perturb_object,
+    split_halves,
     summarize,
 )
 from synrail.compose.harmonizers import (
@@ -35,7 +38,15 @@ from synrail.compose.harmonizers import (
     TorchScriptHarmonizer,
     make_harmonizer,
 )
-from synrail.compose.harmony_kernels import exposure_correction, harmonize_lab, posterior_shift, ring_pixels, to_lab
+from synrail.compose.harmony_kernels import (
+    exposure_correction,
+    harmonize_lab,
+    posterior_shift,
+    ring_pixels,
+    ring_statistics_transfer,
+    to_lab,
+    tone_curve,
+)
 from synrail.config import (
     DEFAULT_HARMONIZE,
     ComposeConfig,
@@ -47,6 +58,7 @@ from synrail.config import (
 )
 
 SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "harmonize.py"
+SPEED_SCRIPT = SCRIPT.with_name("harmonize_speed.py")
 
 GAIN_RGB = (1.3, 0.8, 1.1)
 
@@ -341,13 +353,44 @@ def test_ring_keeps_a_saturated_object_saturated_and_removes_a_slight_cast():
     assert _chroma(RingHarmonizer().harmonize(tinted, mask)[mask]) < 0.6 * _chroma(tinted[mask])
 
 
-def test_ring_reads_a_wider_surrounding_than_lab():
-    assert RingHarmonizer().context_px(100) == 30 and GlobalLabHarmonizer().context_px(100) == 15
+def test_ring_reads_only_its_ring():
+    assert RingHarmonizer().context_px(100) == 15 == GlobalLabHarmonizer().context_px(100)
+    assert RingHarmonizer(ring_share=0.3).context_px(100) == 30
     image, mask = _scene()
     composite = _pasted(image, mask)
     full = RingHarmonizer().harmonize(composite, mask)
-    window = (slice(20, 90), slice(10, 120))  # the object's box plus its 30 % ring, cut at the border
+    window = (slice(37, 90), slice(22, 99))  # the object's box plus its 15 % ring, cut at the border
     assert np.array_equal(RingHarmonizer().harmonize(composite[window], mask[window]), full[window])
+
+
+def _lab_region(mean_l: float, std_l: float, seed: int, count: int = 4000) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.normal(mean_l, std_l, count), rng.normal(0, 2, count), rng.normal(0, 2, count)],
+                    axis=1).astype(np.float32)
+
+
+def test_tone_curve_reaches_the_mean_and_keeps_black_and_white():
+    lightness = np.linspace(0.0, 100.0, 501, dtype=np.float32)
+    for target in (30.0, 70.0):
+        out = tone_curve(lightness, target)
+        assert abs(float(out.mean()) - target) < 0.5
+        assert out[0] < 0.5 and out[-1] == pytest.approx(100.0)  # black and white stay
+        assert np.all(np.diff(out) >= 0)  # a tone curve: the order of the pixels is kept
+    assert np.allclose(tone_curve(lightness, float(lightness.mean())), lightness, atol=0.1)  # no change asked
+
+
+def test_lightness_shift_shrinks_when_object_and_ring_are_heterogeneous():
+    """The same 20 L difference: between two uniform regions it is a mismatch and is mostly undone;
+    between two heterogeneous ones (a bright textured object on a textured scene) their own content
+    explains it and most of it is kept."""
+    keep = ((1e-6, 1.0), (1e-6, 1.0))  # chroma and spread untouched: the lightness alone
+    shifts = {}
+    for std_l in (3.0, 25.0):
+        obj, ring = _lab_region(40.0, std_l, 0), _lab_region(60.0, std_l, 1)
+        out = ring_statistics_transfer(obj, ring, (40.0, 2.5), *keep)
+        shifts[std_l] = float(out[:, 0].mean() - obj[:, 0].mean())
+    assert shifts[3.0] > 15.0  # uniform: mostly undone
+    assert 0.0 < shifts[25.0] < 0.5 * shifts[3.0]  # heterogeneous: mostly kept
 
 
 # --- the config union and its deprecated flat keys ---------------------------------------------------
@@ -445,6 +488,30 @@ def test_iharmony_layouts_flat_and_per_subset(tmp_path):
         iharmony_triplets(tmp_path / "flat")
     with pytest.raises(FileNotFoundError, match="composite_images"):
         iharmony_triplets(tmp_path / "nothing")
+
+
+def test_halves_keep_every_composite_of_a_real_image_together(tmp_path):
+    names = {"a0001": ["a0001_1_1", "a0001_1_2"], "a0002": ["a0002_1_1"], "f9": ["f9_1_4", "f9_2_1"]}
+    _write_triplets(tmp_path, names)
+    half = split_halves(iharmony_triplets(tmp_path))
+    assert half == {"a0001_1_1": TUNING_HALF, "a0001_1_2": TUNING_HALF, "a0002_1_1": HELD_OUT_HALF,
+                    "f9_1_4": TUNING_HALF, "f9_2_1": TUNING_HALF}  # real images a0001, a0002, f9: even, odd, even
+    result = subprocess.run([sys.executable, str(SCRIPT), "--iharmony", str(tmp_path), "--halves"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith(("tuning ", "held-out "))]
+    assert [row[2] for row in rows if row[0] == "tuning"] == [row[2] for row in rows if row[0] == "held-out"]
+    assert len(rows) == 14 and rows[0][2] == "none"  # every backend, in each half
+    assert all(row[-2].endswith("/4" if row[0] == "tuning" else "/1") for row in rows)  # cases per half
+
+
+def test_the_speed_benchmark_prints_cpu_time_per_backend_against_the_last():
+    result = subprocess.run([sys.executable, str(SPEED_SCRIPT), "--images", "2", "--rounds", "1",
+                             "--backends", "none,local"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0].strip() for line in lines] == ["none", "local"]
+    assert lines[1].endswith("ms CPU per image, 1.000x local") and "x local" in lines[0]
 
 
 class _Worse:
