@@ -106,6 +106,19 @@ def _is_video_name(name: str) -> bool:
     return not base.startswith(".") and base.lower().endswith(VIDEO_EXTENSIONS)
 
 
+def _listing_root(root_url: str, storage_options: dict | None, kind: str
+                  ) -> tuple[str, fsspec.AbstractFileSystem, str]:
+    """(URL, filesystem, path) of a footage root, its listing cache dropped; FileNotFoundError naming
+    the ``kind`` of folder when it does not exist."""
+    url = _as_url(root_url)
+    fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    root = root.rstrip("/")
+    fs.invalidate_cache(root)  # s3fs caches listings per process; a watcher must see new uploads
+    if not fs.exists(root):
+        raise FileNotFoundError(f"no such {kind} folder or prefix: {url}")
+    return url, fs, root
+
+
 def list_videos(root_url: str, storage_options: dict | None = None) -> list[VideoRef]:
     """Every video file under ``root_url`` (recursively), sorted by name.
 
@@ -119,12 +132,7 @@ def list_videos(root_url: str, storage_options: dict | None = None) -> list[Vide
     Raises:
         FileNotFoundError: the root does not exist.
     """
-    url = _as_url(root_url)
-    fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    root = root.rstrip("/")
-    fs.invalidate_cache(root)  # s3fs caches listings per process; a watcher must see new uploads
-    if not fs.exists(root):
-        raise FileNotFoundError(f"no such video folder or prefix: {url}")
+    url, fs, root = _listing_root(root_url, storage_options, "video")
     refs = []
     for path, info in fs.find(root, detail=True).items():
         name = posixpath.relpath(path, root)
@@ -156,12 +164,7 @@ def list_sequences(root_url: str, storage_options: dict | None = None) -> list[V
     Raises:
         FileNotFoundError: the root does not exist.
     """
-    url = _as_url(root_url)
-    fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    root = root.rstrip("/")
-    fs.invalidate_cache(root)
-    if not fs.exists(root):
-        raise FileNotFoundError(f"no such frames folder or prefix: {url}")
+    url, fs, root = _listing_root(root_url, storage_options, "frames")
     sequences: dict[str, tuple[str, list[tuple[str, dict[str, Any]]]]] = {}  # name -> (url, files)
     for path, info in fs.find(root, detail=True).items():
         name = posixpath.relpath(path, root)
@@ -305,6 +308,7 @@ class FrameStream(Iterator[SampledFrame]):
         self.frame_count: int | None = None  # from the container; None when it does not say
         self.frames_expected: int | None = None  # samples that frame count promises (within max_frames)
         self.frames_decoded = 0
+        self.unreadable: list[tuple[int, str]] = []  # frames of a video are never skipped one by one
         self.exhausted = False
         self._frames = self._generate(storage_options)
 

@@ -190,7 +190,7 @@ def extract_video_backgrounds(video: VideoRef, cfg: VideoSourceConfig, cache: St
             url=video.url, reason=exc.reason), metadata=metadata, notes=notes, frames_expected=None,
             frames_decoded=0, truncated=False)
     rejected += [RejectRecord(frame_index=position, time_s=float(position), reason=reason, blur=0.0, mean_luma=0.0,
-                              phash="0" * 16) for position, reason in getattr(stream, "unreadable", [])]
+                              phash="0" * 16) for position, reason in stream.unreadable]
     if stream.truncated:
         notes.append(f"truncated: decoded {stream.frames_decoded} of the {stream.frames_expected} sampled "
                      "frames its frame count promises")

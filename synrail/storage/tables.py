@@ -22,13 +22,13 @@ from synrail.storage.store import Store
 _ARROW_TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
 
 
-def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
-    """Arrow type of a field annotation and whether it is nullable."""
+def _arrow_type(annotation: Any) -> pa.DataType:
+    """Arrow type of a field annotation (``X | None`` gives X's type: every column is nullable)."""
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in args:
         (inner,) = [a for a in args if a is not type(None)]
-        return _ARROW_TYPES[inner], True
-    return _ARROW_TYPES[annotation], True
+        return _ARROW_TYPES[inner]
+    return _ARROW_TYPES[annotation]
 
 
 @functools.cache
@@ -41,11 +41,8 @@ def arrow_schema(row_model: type[BaseModel]) -> pa.Schema:
     Returns:
         A ``pyarrow.Schema`` with one nullable field per model field.
     """
-    fields = []
-    for name, field in row_model.model_fields.items():
-        arrow_type, nullable = _arrow_type(field.annotation)
-        fields.append(pa.field(name, arrow_type, nullable=nullable))
-    return pa.schema(fields)
+    return pa.schema([pa.field(name, _arrow_type(field.annotation), nullable=True)
+                      for name, field in row_model.model_fields.items()])
 
 
 def table_bytes(rows: Sequence[dict[str, Any]], schema: pa.Schema | None = None) -> bytes:
