@@ -17,7 +17,7 @@ from synrail.compose.composite import Composite, GalleryCutout, SceneBackground,
 from synrail.compose.placement import track_rows
 from synrail.compose.quality import QualityScore, composite_quality
 from synrail.config import BuildConfig
-from synrail.export.coco import decode_rle, encode_rle, rle_box_and_area
+from synrail.export.coco import decode_rle, encode_window_rle, rle_box_and_area
 from synrail.export.yolo import yolo_line
 from synrail.randomness import Stream, image_rng, rng_for
 from synrail.records import AnnotationRow, BackgroundRecord, ChunkRecord, GalleryRecord, ImageRow
@@ -185,7 +185,8 @@ def annotation_rows(index: int, composite: Composite, cfg: BuildConfig) -> list[
     """
     rows = []
     for k, inst in enumerate(composite.instances):
-        rle = encode_rle(inst.visible_mask.full())
+        window = inst.visible_mask
+        rle = encode_window_rle(window.top, window.left, window.mask, window.image_shape)
         bbox, area = rle_box_and_area(rle)
         rows.append(AnnotationRow(
             image_id=image_id(index), image_index=index, instance=k, class_name=inst.class_name,

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import yaml
 
-from synrail.export.coco import decode_rle, encode_rle, rle_box_and_area
+from synrail.export.coco import decode_rle, encode_rle, encode_window_rle, rle_box_and_area, window_runs
 from synrail.export.yolo import data_yaml, yolo_line
 from synrail.stages.splits import split_counts
 
@@ -22,6 +22,21 @@ def test_rle_round_trip_and_tight_box():
         rows, cols = np.nonzero(mask)
         assert box == [cols.min(), rows.min(), cols.max() - cols.min() + 1, rows.max() - rows.min() + 1]
         assert area == mask.sum()
+
+
+def test_window_rle_is_the_whole_mask_rle():
+    # every edge case of the runs: windows at each border, masks starting or ending set, empty and full windows
+    rng = np.random.default_rng(1)
+    for _ in range(2000):
+        height, width = (int(v) for v in rng.integers(1, 30, 2))
+        h, w = int(rng.integers(1, height + 1)), int(rng.integers(1, width + 1))
+        top, left = int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1))
+        window = rng.random((h, w)) < rng.choice([0.0, 0.3, 0.9, 1.0])
+        full = np.zeros((height, width), bool)
+        full[top:top + h, left:left + w] = window
+        assert encode_window_rle(top, left, window, (height, width)) == encode_rle(full)
+    assert window_runs(0, 0, np.ones((2, 3), bool), (2, 3)) == [0, 6]
+    assert window_runs(1, 1, np.ones((1, 1), bool), (3, 3)) == [4, 1, 4]
 
 
 def test_yolo_line_is_normalised_centre_and_size():
