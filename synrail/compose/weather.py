@@ -324,6 +324,136 @@ def _smooth_field(shape: tuple[int, int], rng: np.random.Generator) -> np.ndarra
     return cv2.resize(coarse, (shape[1], shape[0]), interpolation=cv2.INTER_CUBIC)
 
 
+# -- albumentations' value maps as look-up tables ----------------------------------------------------
+# Every value in every channel: a per-pixel, per-channel op applied to it gives that op's per-channel
+# look-up table, so cv2.LUT then reproduces the op's bytes exactly.
+_RAMP = np.repeat(np.arange(256, dtype=np.uint8)[None, :, None], 3, axis=2)
+
+
+def _is_rgb8(img: np.ndarray) -> bool:
+    return img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3
+
+
+class Exposure(A.MultiplicativeNoise):
+    """albumentations' ``MultiplicativeNoise`` with one multiplier for the whole image (a night exposure), as a
+    look-up table: its own multiply splits the channels and translates each (~7 ms at 1280x720; ~1 ms here)."""
+
+    def __init__(self, factor: float, p: float = 1.0):
+        super().__init__(multiplier=(factor, factor), per_channel=False, elementwise=False, p=p)
+
+    def apply(self, img: np.ndarray, multiplier: float | np.ndarray, **params: object) -> np.ndarray:
+        """``img`` times the drawn multiplier, saturated (albumentations' transform hook).
+
+        Args:
+            img: the uint8 RGB image.
+            multiplier: albumentations' drawn multiplier (one value per channel, all equal).
+            params: the other drawn parameters (unused).
+
+        Returns:
+            The exposed image: the bytes albumentations' own multiply gives.
+        """
+        if not _is_rgb8(img):
+            return super().apply(img, multiplier, **params)
+        return cv2.LUT(img, super().apply(_RAMP.copy(), multiplier, **params))
+
+
+class Rain(A.RandomRain):
+    """albumentations' ``RandomRain`` with its darkening (``cv2.multiply`` by a scalar, ~7 ms at 1280x720) done
+    as a look-up table of that same multiply: the same drops, blur and bytes."""
+
+    def apply(self, img: np.ndarray, slant: float, drop_length: int, rain_drops: np.ndarray,
+              **params: object) -> np.ndarray:
+        """``img`` with the drawn drops (albumentations' transform hook).
+
+        Args:
+            img: the uint8 RGB image.
+            slant: the drops' drawn horizontal drift, in pixels.
+            drop_length: a drop's length, in pixels.
+            rain_drops: N x 2 drawn (x, y) drop starts.
+            params: the other drawn parameters (unused).
+
+        Returns:
+            The rainy image.
+        """
+        if not _is_rgb8(img):
+            return super().apply(img, slant, drop_length, rain_drops, **params)
+        return add_rain(img, slant, drop_length, self.drop_width, self.drop_color, self.blur_value,
+                        self.brightness_coefficient, rain_drops)
+
+
+def add_rain(img: np.ndarray, slant: float, drop_length: int, drop_width: int, drop_color: tuple[int, int, int],
+             blur_value: int, brightness: float, rain_drops: np.ndarray) -> np.ndarray:
+    """``albumentations.augmentations.pixel.functional.add_rain``, its darkening as a look-up table.
+
+    Args:
+        img: the uint8 RGB image (not modified).
+        slant: the drops' horizontal drift, in pixels.
+        drop_length: a drop's length, in pixels.
+        drop_width: a drop's width, in pixels.
+        drop_color: the drops' colour.
+        blur_value: the box blur of the drop layer (1: none).
+        brightness: the darkening factor under rain clouds.
+        rain_drops: N x 2 (x, y) drop starts.
+
+    Returns:
+        A new image with the drops drawn, blurred, added and the whole darkened.
+    """
+    out = img.copy()
+    if not rain_drops.size:
+        return out
+    layer = np.zeros_like(img)
+    lines = np.stack((rain_drops, rain_drops + np.array([[slant, drop_length]])), axis=1)
+    cv2.polylines(layer, lines.astype(np.int32), False, drop_color, drop_width, lineType=cv2.LINE_4)
+    if blur_value > 1:
+        cv2.blur(layer, (blur_value, blur_value), dst=layer)
+    cv2.add(out, layer, dst=out)
+    if brightness != 1.0:
+        out = cv2.LUT(out, cv2.multiply(_RAMP, brightness, dtype=cv2.CV_8U))
+    return out
+
+
+class Snow(A.RandomSnow):
+    """albumentations' ``RandomSnow`` whose "bleach" method lifts HLS lightness below the snow point through
+    a look-up table of its own float arithmetic (the same bytes, without a float copy of the channel)."""
+
+    def apply(self, img: np.ndarray, snow_point: float, snow_texture: np.ndarray, sparkle_mask: np.ndarray,
+              **params: object) -> np.ndarray:
+        """``img`` bleached (albumentations' transform hook).
+
+        Args:
+            img: the uint8 RGB image.
+            snow_point: the drawn snow point.
+            snow_texture: albumentations' texture (None for "bleach").
+            sparkle_mask: albumentations' sparkles (None for "bleach").
+            params: the other drawn parameters (unused).
+
+        Returns:
+            The snowy image.
+        """
+        if self.method != "bleach" or not _is_rgb8(img):
+            return super().apply(img, snow_point, snow_texture, sparkle_mask, **params)
+        return add_snow_bleach(img, snow_point, self.brightness_coeff)
+
+
+def add_snow_bleach(img: np.ndarray, snow_point: float, brightness: float) -> np.ndarray:
+    """``albumentations.augmentations.pixel.functional.add_snow_bleach`` for uint8 RGB: HLS lightness under
+    the threshold multiplied by ``brightness``, saturated and truncated, as one look-up table.
+
+    Args:
+        img: the uint8 RGB image.
+        snow_point: in [0, 1]; the threshold is ``snow_point * 255 / 2 + 255 / 3``.
+        brightness: the lightness factor.
+
+    Returns:
+        The bleached image.
+    """
+    lightness = np.arange(256, dtype=np.float32)
+    lightness[lightness < snow_point * 255 / 2 + 255 / 3] *= brightness
+    lut = _RAMP.copy()
+    lut[0, :, 1] = np.clip(lightness, 0, 255).astype(np.uint8)  # H and S keep their values
+    return cv2.cvtColor(cv2.LUT(cv2.cvtColor(img, cv2.COLOR_RGB2HLS), lut), cv2.COLOR_HLS2RGB)
+
+
 # -- per-condition transform lists ----------------------------------------------------------------
 def _fog(cfg: WeatherConfig, rng: np.random.Generator, shape: tuple[int, int],
          depth_m: np.ndarray | None) -> list[A.BasicTransform]:
@@ -343,7 +473,7 @@ def _rain(cfg: WeatherConfig, rng: np.random.Generator, shape: tuple[int, int]) 
     slant = rng.uniform(*cfg.rain_slant) * length
     return [
         A.RandomBrightnessContrast(brightness_limit=(0, 0), contrast_limit=(-0.2, -0.1), p=1),  # rain haze
-        A.RandomRain(slant_range=(slant, slant), drop_length=length,
+        Rain(slant_range=(slant, slant), drop_length=length,
                      drop_width=1, drop_color=(200, 200, 200), blur_value=int(rng.choice([3, 5])),
                      brightness_coefficient=rng.uniform(*cfg.rain_darkening),
                      rain_type=str(rng.choice(cfg.rain_types)), p=1),
@@ -352,7 +482,7 @@ def _rain(cfg: WeatherConfig, rng: np.random.Generator, shape: tuple[int, int]) 
 
 def _snow(cfg: WeatherConfig, rng: np.random.Generator, shape: tuple[int, int]) -> list[A.BasicTransform]:
     cover = rng.uniform(*cfg.snow_cover)
-    ground = A.RandomSnow(snow_point_range=(cover, cover), brightness_coeff=rng.uniform(*cfg.snow_brightness),
+    ground = Snow(snow_point_range=(cover, cover), brightness_coeff=rng.uniform(*cfg.snow_brightness),
                           method="bleach", p=1)
     # Falling flakes: short, thick "rain" drops, one layer per flake size (far small, near large).
     layers = int(rng.integers(cfg.snow_flake_layers[0], cfg.snow_flake_layers[1] + 1))
@@ -360,9 +490,9 @@ def _snow(cfg: WeatherConfig, rng: np.random.Generator, shape: tuple[int, int]) 
     return [ground, *(_flakes(k, scale, rng.uniform(-1, 1) * scale) for k in range(layers))]
 
 
-def _flakes(layer: int, scale: int, drift: float) -> A.RandomRain:
+def _flakes(layer: int, scale: int, drift: float) -> Rain:
     size = scale * (1 + layer)
-    return A.RandomRain(slant_range=(drift, drift), drop_length=size, drop_width=size, drop_color=(235, 235, 235),
+    return Rain(slant_range=(drift, drift), drop_length=size, drop_width=size, drop_color=(235, 235, 235),
                         blur_value=1 if layer == 0 else 3, brightness_coefficient=1.0,
                         rain_type="torrential" if layer == 0 else "heavy", p=1)
 
@@ -372,7 +502,7 @@ def _dark(cfg: WeatherConfig, rng: np.random.Generator) -> list[A.BasicTransform
     gamma = rng.uniform(*cfg.dark_gamma) * 100  # albumentations: out = in ** (gamma / 100)
     noise = rng.uniform(*cfg.dark_noise_std)
     transforms: list[A.BasicTransform] = [
-        A.MultiplicativeNoise(multiplier=(exposure, exposure), per_channel=False, elementwise=False, p=1),
+        Exposure(exposure, p=1),
         A.RandomGamma(gamma_limit=(gamma, gamma), p=1)]
     if rng.random() < cfg.headlight_probability:
         transforms.append(HeadlightCone(centre=(0.5 + rng.uniform(-0.05, 0.05), rng.uniform(0.9, 1.0)),

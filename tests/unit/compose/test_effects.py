@@ -21,7 +21,10 @@ from synrail.compose.shadows import (
 from synrail.compose.weather import (
     WEATHER_CONDITIONS,
     A,  # albumentations, imported without its online version check
+    Exposure,
+    Rain,
     SensorNoise,
+    Snow,
     SunFlare,
     WeatherConfig,
     apply_weather,
@@ -134,6 +137,25 @@ def test_the_fast_sun_flare_matches_albumentations_physics_based_one():
         difference, effect = np.abs(reference.astype(int) - fast), reference.astype(int) - image
         assert effect.max() > 100  # the flare is there at all
         assert difference.mean() < 0.2 * np.abs(effect).mean() and np.percentile(difference, 99.9) <= 2
+
+
+@pytest.mark.parametrize("fast, reference", [
+    (lambda: Exposure(0.45), lambda: A.MultiplicativeNoise(multiplier=(0.45, 0.45), per_channel=False,
+                                                           elementwise=False, p=1)),
+    (lambda: Rain(slant_range=(5, 5), drop_length=90, drop_width=1, drop_color=(200, 200, 200), blur_value=3,
+                  brightness_coefficient=0.77, rain_type="heavy", p=1),
+     lambda: A.RandomRain(slant_range=(5, 5), drop_length=90, drop_width=1, drop_color=(200, 200, 200),
+                          blur_value=3, brightness_coefficient=0.77, rain_type="heavy", p=1)),
+    (lambda: Snow(snow_point_range=(0.12, 0.12), brightness_coeff=1.7, method="bleach", p=1),
+     lambda: A.RandomSnow(snow_point_range=(0.12, 0.12), brightness_coeff=1.7, method="bleach", p=1)),
+])
+def test_look_up_table_weather_gives_albumentations_bytes(fast, reference):
+    # exposure, rain's darkening and snow's bleach as look-up tables: the same draws, the same bytes
+    image = cv2.cvtColor(scene_720p(), cv2.COLOR_BGR2RGB)
+    for seed in range(3):
+        expected = A.Compose([reference()], seed=seed)(image=image)["image"]
+        assert np.abs(expected.astype(int) - image).max() > 20  # the effect is there at all
+        assert pixel_pipeline([fast()], seed)(image=image)["image"].tobytes() == expected.tobytes()
 
 
 def test_sensor_noise_has_the_configured_spread_and_no_bias():
