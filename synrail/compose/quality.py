@@ -94,12 +94,39 @@ def _shrink(mask: np.ndarray, px: int) -> np.ndarray:
                      borderType=cv2.BORDER_CONSTANT, borderValue=0).astype(bool)
 
 
-def _gradient(image_bgr: np.ndarray) -> np.ndarray:
-    """Colour gradient magnitude (RMS over channels): a seam of equal brightness but another hue counts."""
-    colour = image_bgr.astype(np.float32)
-    gx = cv2.Sobel(colour, cv2.CV_32F, 1, 0, ksize=3, borderType=cv2.BORDER_REFLECT) / 4
-    gy = cv2.Sobel(colour, cv2.CV_32F, 0, 1, ksize=3, borderType=cv2.BORDER_REFLECT) / 4
-    return np.sqrt((gx * gx + gy * gy).mean(axis=2))  # levels per pixel for a step edge
+def _squared_gradient(image_bgr: np.ndarray) -> np.ndarray:
+    """H x W x 3 squared gradient per channel, in (levels per pixel)^2 for a step edge (Sobel / 4)."""
+    gx = cv2.Sobel(image_bgr, cv2.CV_32F, 1, 0, ksize=3, borderType=cv2.BORDER_REFLECT)  # exact on uint8 too
+    gy = cv2.Sobel(image_bgr, cv2.CV_32F, 0, 1, ksize=3, borderType=cv2.BORDER_REFLECT)
+    gx /= 4
+    gy /= 4
+    gx *= gx
+    gy *= gy
+    gx += gy
+    return gx
+
+
+def _channel_rms(squares: np.ndarray) -> np.ndarray:
+    """sqrt of the mean over the last axis of 3 (``squares.mean(axis=-1)``'s float32 sums, without its
+    slow reduction over a short strided axis)."""
+    total = squares[..., 0] + squares[..., 1]
+    total += squares[..., 2]
+    total /= 3
+    return np.sqrt(total)
+
+
+def _gradient(image_bgr: np.ndarray, where: np.ndarray | None = None) -> np.ndarray:
+    """Colour gradient magnitude (RMS over channels): a seam of equal brightness but another hue counts.
+
+    Args:
+        image_bgr: h x w x 3 uint8 image.
+        where: h x w bool; when given, only those pixels' magnitudes, in row-major order.
+
+    Returns:
+        h x w float32 magnitudes (levels per pixel for a step edge), or one per ``where`` pixel.
+    """
+    squares = _squared_gradient(image_bgr)
+    return _channel_rms(squares if where is None else squares[where])
 
 
 def boundary_score(image_bgr: np.ndarray, background_bgr: np.ndarray, site: _Site) -> float:
@@ -116,7 +143,7 @@ def boundary_score(image_bgr: np.ndarray, background_bgr: np.ndarray, site: _Sit
     seam = _grow(site.mask, 1) & ~_shrink(site.mask, 1)
     if not seam.any():
         return 1.0
-    seam_gradient = float(_gradient(image_bgr[site.rows, site.cols])[seam].mean())
+    seam_gradient = float(_gradient(image_bgr[site.rows, site.cols], seam).mean())
     reference = max(float(np.percentile(_gradient(background_bgr[site.rows, site.cols]), _EDGE_PERCENTILE)),
                     _EDGE_FLOOR)
     return 1.0 / (1.0 + max(0.0, seam_gradient / reference - 1.0))
