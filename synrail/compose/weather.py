@@ -126,8 +126,11 @@ class HeadlightCone(A.ImageOnlyTransform):
         Returns:
             A new H x W x 3 uint8 image.
         """
-        cone = headlight_cone(img.shape[:2], self.centre, self.sigma)
-        return lift_gamma(img, 1 / (1 + np.float32(self.gain) * cone))
+        exponent = headlight_cone(img.shape[:2], self.centre, self.sigma)
+        exponent *= np.float32(self.gain)  # 1 / (1 + gain * cone), in place: the same float32 roundings
+        exponent += 1
+        np.divide(1, exponent, out=exponent)
+        return lift_gamma(img, exponent)
 
 
 _LOG_SHARE = np.log(np.maximum(np.arange(256), 1e-30) / 255).astype(np.float32)  # ln(v / 255); ~-69 for 0
@@ -147,7 +150,7 @@ def lift_gamma(img: np.ndarray, exponent: np.ndarray) -> np.ndarray:
     """
     height, width, channels = img.shape
     logs = cv2.LUT(img, _LOG_SHARE)
-    logs *= exponent[:, :, None]
+    cv2.multiply(logs, cv2.merge([exponent] * channels), dst=logs)  # numpy's broadcast product, 3x slower
     return cv2.convertScaleAbs(cv2.exp(logs.reshape(height, width * channels)), alpha=255).reshape(img.shape)
 
 
@@ -194,8 +197,27 @@ def add_gaussian_noise(img: np.ndarray, sigma: float, rng: np.random.Generator) 
     Returns:
         The noisy uint8 image.
     """
-    noise = np.take(_QUANTILES * np.float32(sigma), rng.integers(0, 65536, img.shape, dtype=np.uint16))
+    noise = np.take(_QUANTILES * np.float32(sigma), uniform_uint16(rng, img.shape))
     return cv2.add(img, noise, dtype=cv2.CV_8U)
+
+
+def uniform_uint16(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """``rng.integers(0, 65536, shape, dtype=np.uint16)``: the same values and the same generator state after,
+    2.5x faster for a PCG64 generator with no buffered 32-bit half and a multiple of 4 values (numpy's
+    16-bit draws are then its raw 64-bit outputs cut in four, low bits first).
+
+    Args:
+        rng: the generator.
+        shape: the array's shape.
+
+    Returns:
+        Uniform uint16 values.
+    """
+    bit_generator, count = rng.bit_generator, math.prod(shape)
+    if count % 4 or not isinstance(bit_generator, np.random.PCG64) or bit_generator.state["has_uint32"]:
+        return rng.integers(0, 65536, shape, dtype=np.uint16)  # (a whole number of raw outputs: the same state after)
+    raw = bit_generator.random_raw(-(-count // 4)).astype("<u8", copy=False)
+    return raw.view("<u2")[:count].reshape(shape)
 
 
 class SunFlare(A.RandomSunFlare):

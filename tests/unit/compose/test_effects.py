@@ -29,8 +29,10 @@ from synrail.compose.weather import (
     WeatherConfig,
     apply_weather,
     choose_condition,
+    lift_gamma,
     pixel_pipeline,
     scene_depth,
+    uniform_uint16,
     weather_effect,
     weather_transforms,
 )
@@ -156,6 +158,34 @@ def test_look_up_table_weather_gives_albumentations_bytes(fast, reference):
         expected = A.Compose([reference()], seed=seed)(image=image)["image"]
         assert np.abs(expected.astype(int) - image).max() > 20  # the effect is there at all
         assert pixel_pipeline([fast()], seed)(image=image)["image"].tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("shape", [(720, 1280, 3), (5, 7, 3), (3, 5)])
+@pytest.mark.parametrize("before", ["nothing", "float", "int32"])
+def test_fast_uniform_uint16_is_numpys_draw(shape, before):
+    # the same values and the same state after, whatever was drawn before (an int32 draw buffers a half)
+    fast, numpy = np.random.default_rng(11), np.random.default_rng(11)
+    for rng in (fast, numpy):
+        if before == "float":
+            rng.uniform()
+        elif before == "int32":
+            rng.integers(0, 2**31, dtype=np.int32)
+    values = uniform_uint16(fast, shape)
+    assert values.dtype == np.uint16 and values.shape == shape
+    assert values.tobytes() == numpy.integers(0, 65536, shape, dtype=np.uint16).tobytes()
+    states = [rng.bit_generator.state for rng in (fast, numpy)]
+    for state in states:  # a stale 32-bit half is no state: numpy leaves it when none is buffered
+        state["uinteger"] *= state["has_uint32"]
+    assert states[0] == states[1]
+
+
+def test_lift_gamma_is_the_per_pixel_power():
+    image = scene_720p()
+    exponent = (1 / (1 + np.float32(2.0) * np.random.default_rng(0).random((720, 1280), dtype=np.float32)))
+    logs = np.log(np.maximum(image, 1e-30).astype(np.float32) / 255)
+    exact = np.clip(255 * np.exp(logs * exponent[:, :, None]) + 0.5, 0, 255).astype(np.uint8)
+    lifted = lift_gamma(image, exponent)
+    assert np.abs(lifted.astype(int) - exact).max() <= 1 and (lifted > image).mean() > 0.5
 
 
 def test_sensor_noise_has_the_configured_spread_and_no_bias():
