@@ -188,6 +188,21 @@ def test_lift_gamma_is_the_per_pixel_power():
     assert np.abs(lifted.astype(int) - exact).max() <= 1 and (lifted > image).mean() > 0.5
 
 
+def test_look_up_tables_agree_with_opencv(monkeypatch):
+    from synrail.compose import weather
+
+    image = scene_720p()
+    same = np.repeat((np.arange(256) * 0.6).astype(np.uint8)[None, :, None], 3, axis=2)
+    per_channel = same.copy()
+    per_channel[0, :, 2] = 255 - np.arange(256)
+    for lut in (same, per_channel):
+        expected = cv2.LUT(image, lut)
+        assert weather.apply_lut(image, lut).tobytes() == expected.tobytes()
+        monkeypatch.setattr(weather, "sz_lut", None)  # an albucore without stringzilla's translation
+        assert weather.apply_lut(image, lut).tobytes() == expected.tobytes()
+        monkeypatch.undo()
+
+
 def test_sensor_noise_has_the_configured_spread_and_no_bias():
     flat = np.full((720, 1280, 3), 100, np.uint8)
     for std in (0.015, 0.04):
