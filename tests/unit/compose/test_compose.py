@@ -8,6 +8,7 @@ from synrail.compose.composite import (
     GalleryCutout,
     Placement,
     SceneBackground,
+    blend,
     compose_image,
     drop_hidden,
     feathered_alpha,
@@ -101,6 +102,17 @@ def test_feathered_alpha_stays_inside_the_mask():
     mask[5:25, 8:20] = True
     alpha = feathered_alpha(mask, 2.0)
     assert (alpha[~mask] == 0).all() and alpha[mask].min() > 0 and alpha[15, 14] == 1.0
+
+
+def test_blend_is_the_papers_alpha_blend_rounded():
+    rng = np.random.default_rng(0)
+    background = rng.integers(0, 256, (40, 30, 3), dtype=np.uint8)
+    colour = rng.uniform(-20, 280, (40, 30, 3)).astype(np.float32)  # noise may leave [0, 255]
+    alpha = feathered_alpha(rng.random((40, 30)) < 0.7, 1.5)[2:38, 1:29]  # a crop, as pasting takes it
+    background, colour = background[2:38, 1:29], colour[2:38, 1:29]
+    a = alpha[:, :, None]
+    expected = np.clip(a * colour + (1 - a) * background.astype(np.float32) + 0.5, 0, 255).astype(np.uint8)
+    assert blend(background, colour, alpha).tobytes() == expected.tobytes()
 
 
 def test_labels_are_exactly_the_visible_pixels_and_harmonize_none_pastes_the_cutout():
