@@ -83,8 +83,12 @@ class _Frame:
         x1 = min(self.left + cols.max() + 1, out.shape[1])
         if y0 >= y1 or x0 >= x1:
             return out
-        keep = 1 - darkness[y0 - self.top:y1 - self.top, x0 - self.left:x1 - self.left, None]
-        out[y0:y1, x0:x1] = np.clip(out[y0:y1, x0:x1] * keep + 0.5, 0, 255).astype(np.uint8)
+        keep = 1 - darkness[y0 - self.top:y1 - self.top, x0 - self.left:x1 - self.left]
+        shaded = cv2.merge([keep] * out.shape[2])  # repeated, not broadcast: numpy's broadcast is slower
+        shaded *= out[y0:y1, x0:x1]
+        shaded += 0.5
+        np.clip(shaded, 0, 255, out=shaded)
+        out[y0:y1, x0:x1] = shaded.astype(np.uint8)
         return out
 
 
