@@ -149,6 +149,13 @@ def boundary_score(image_bgr: np.ndarray, background_bgr: np.ndarray, site: _Sit
     return 1.0 / (1.0 + max(0.0, seam_gradient / reference - 1.0))
 
 
+def _pixels(image_bgr: np.ndarray, site: _Site, mask: np.ndarray) -> np.ndarray:
+    """The N x 3 pixels of ``site``'s window under ``mask``, in row-major order (a boolean index's
+    pixels, gathered as whole rows of a flat copy: faster for 3-byte pixels)."""
+    window = np.ascontiguousarray(image_bgr[site.rows, site.cols])
+    return window.reshape(-1, window.shape[2])[np.flatnonzero(mask)]
+
+
 def _mean_lab(pixels_bgr: np.ndarray) -> np.ndarray:
     lab = cv2.cvtColor(pixels_bgr.reshape(-1, 1, 3).astype(np.float32) / 255.0, cv2.COLOR_BGR2Lab)
     return lab.reshape(-1, 3).mean(axis=0)
@@ -172,8 +179,8 @@ def colour_score(image_bgr: np.ndarray, background_bgr: np.ndarray, site: _Site,
     ring = _grow(site.mask, site.ring_px) & ~site.mask
     if not ring.any() or not inner.any():
         return 1.0
-    obj = _mean_lab(image_bgr[site.rows, site.cols][inner])
-    around = _mean_lab(background_bgr[site.rows, site.cols][ring])
+    obj = _mean_lab(_pixels(image_bgr, site, inner))
+    around = _mean_lab(_pixels(background_bgr, site, ring))
     return math.exp(-float(np.linalg.norm(obj - around)) / colour_scale)
 
 

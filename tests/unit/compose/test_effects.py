@@ -397,3 +397,13 @@ def test_quality_gradient_is_the_float_sobel_rms_over_channels():
     assert _gradient(image).tobytes() == expected.tobytes()
     where = np.random.default_rng(0).random((H, W)) < 0.1
     assert _gradient(image, where).tobytes() == expected[where].tobytes()
+
+
+def test_quality_pixels_are_the_boolean_index_in_its_order():
+    from synrail.compose.quality import _pixels, _site
+
+    image = texture((H, W), 6)
+    mask = np.random.default_rng(1).random((40, 30)) < 0.5
+    site = _site(WindowMask(50, 60, mask, (H, W)), (H, W))
+    ring = np.random.default_rng(2).random(site.mask.shape) < 0.3
+    assert _pixels(image, site, ring).tobytes() == image[site.rows, site.cols][ring].tobytes()
