@@ -74,13 +74,14 @@ class _Frame:
     def darken(self, canvas_bgr: np.ndarray, darkness: np.ndarray, inplace: bool) -> np.ndarray:
         """``canvas_bgr`` (or a copy) multiplied by ``1 - darkness`` where the frame overlaps it."""
         out = canvas_bgr if inplace else canvas_bgr.copy()
-        rows, cols = np.nonzero(darkness > 1e-3)  # only the shadow's own box: most of the frame is light
+        shaded_px = darkness > 1e-3  # only the shadow's own box: most of the frame is light
+        rows, cols = np.flatnonzero(shaded_px.any(axis=1)), np.flatnonzero(shaded_px.any(axis=0))
         if rows.size == 0:
             return out
-        top, left = self.top + rows.min(), self.left + cols.min()
+        top, left = self.top + rows[0], self.left + cols[0]
         y0, x0 = max(top, 0), max(left, 0)
-        y1 = min(self.top + rows.max() + 1, out.shape[0])
-        x1 = min(self.left + cols.max() + 1, out.shape[1])
+        y1 = min(self.top + rows[-1] + 1, out.shape[0])
+        x1 = min(self.left + cols[-1] + 1, out.shape[1])
         if y0 >= y1 or x0 >= x1:
             return out
         keep = 1 - darkness[y0 - self.top:y1 - self.top, x0 - self.left:x1 - self.left]
