@@ -461,15 +461,14 @@ def add_rain(img: np.ndarray, slant: float, drop_length: int, drop_width: int, d
     Returns:
         A new image with the drops drawn, blurred, added and the whole darkened.
     """
-    out = img.copy()
     if not rain_drops.size:
-        return out
+        return img.copy()
     layer = np.zeros_like(img)
     lines = np.stack((rain_drops, rain_drops + np.array([[slant, drop_length]])), axis=1)
     cv2.polylines(layer, lines.astype(np.int32), False, drop_color, drop_width, lineType=cv2.LINE_4)
     if blur_value > 1:
         cv2.blur(layer, (blur_value, blur_value), dst=layer)
-    cv2.add(out, layer, dst=out)
+    out = cv2.add(img, layer, dst=layer)  # into the layer: no copy of the image
     if brightness != 1.0:
         out = apply_lut(out, cv2.multiply(_RAMP, brightness, dtype=cv2.CV_8U))
     return out
