@@ -31,24 +31,26 @@ import cv2
 import numpy as np
 
 from synrail.compose.harmony_kernels import (
+    apply_affine_8bit,
+    apply_lab_lut_8bit,
     dilate,
     fill_from_nearest,
     harmonize_lab,
-    lab_to_bgr_8bit,
     mask_height,
     mask_window,
     ring_mask,
     ring_pixels,
-    ring_statistics_transfer,
+    ring_statistics_lut,
     ring_width,
     smooth_fill,
     subsample,
     to_lab_8bit,
     white_point_correction,
+    white_point_transform,
 )
 
 RING_SHARE = 0.15  # ring width as a share of the object's height (lab, local; poisson's context)
-_WHITE_POINT_SAMPLES = 16384  # ring: a 99th percentile needs no more pixels (and its sort is the cost)
+_WHITE_POINT_SAMPLES = 16384  # ring: a 99th percentile of object or ring needs no more pixels (its sort is the cost)
 _MIN_RING_PX = 8  # fewer background pixels than this are no statistics
 _SEAMLESS_CLONE_ERODES_PX = 3  # seamlessClone erodes its mask 3 px before using the source's gradients
 _POISSON_FILL_CELLS = 16  # resolution of the background guessed behind an object (mixed mode's guidance)
@@ -203,7 +205,7 @@ class LocalStatsHarmonizer(_RingStatistics):
 class RingHarmonizer(LocalStatsHarmonizer):
     """``local``'s white-point correction (exposure posterior in the luminance, cast by white
     points), then the ring's CIE Lab statistics moved onto the object per channel
-    (``ring_statistics_transfer``), each by the posterior share of the object-to-ring difference.
+    (``ring_statistics_lut``), each by the posterior share of the object-to-ring difference.
 
     The two estimates see different things: white points are blind to an object's albedo, means see
     the mismatch of every pixel, not only the highlights; they disagree exactly when the object's
@@ -235,11 +237,17 @@ class RingHarmonizer(LocalStatsHarmonizer):
         self.ring_share = ring_share
 
     def _corrected(self, obj: np.ndarray, ring: np.ndarray) -> np.ndarray:
+        # Statistics from samples, the pixels through two cheap maps: the white-point correction is
+        # affine in BGR, the Lab transfer per channel in 8-bit Lab (a table), so a large object
+        # costs a few table-driven C passes instead of float colour conversions and a sort.
         ring = subsample(ring, _WHITE_POINT_SAMPLES)
-        lit = super()._corrected(obj, ring)
-        lab = ring_statistics_transfer(to_lab_8bit(lit), to_lab_8bit(subsample(ring)), self.lightness, self.chroma,
-                                       self.spread)
-        return lab_to_bgr_8bit(lab)  # 8-bit Lab: its tables make the two conversions cheap
+        sample = subsample(obj, _WHITE_POINT_SAMPLES)
+        transform = white_point_transform(sample.astype(np.float32) / 255.0, ring.astype(np.float32) / 255.0,
+                                          self.percentile, self.exposure_range, self.scene_spread,
+                                          self.cast_strength, self.contrast_share, self.cast_prior)
+        lut = ring_statistics_lut(to_lab_8bit(apply_affine_8bit(sample, transform)), to_lab_8bit(subsample(ring)),
+                                  self.lightness, self.chroma, self.spread)
+        return apply_lab_lut_8bit(apply_affine_8bit(obj, transform), lut)
 
 
 class PoissonHarmonizer(Harmonizer):

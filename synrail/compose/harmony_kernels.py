@@ -6,8 +6,9 @@ built from. Nothing here keeps state or knows about configs.
 - statistics: CIE Lab conversion, per-channel mean and spread, white points, luminance;
 - posteriors: how much of an observed object-to-ring difference is a mismatch to undo rather than
   the scene's own difference (``exposure_correction`` for a gain, ``posterior_shift`` for an offset);
-- transfers: ``harmonize_lab`` (partial Reinhard transfer, the first default), ``white_point_correction``
-  (``local``'s von Kries correction), ``ring_statistics_transfer`` (``ring``'s guarded Lab transfer);
+- transfers: ``harmonize_lab`` (partial Reinhard transfer, the first default), ``white_point_transform``
+  (``local``'s von Kries correction, an affine map), ``ring_statistics_lut`` (``ring``'s guarded Lab
+  transfer, a per-channel table on 8-bit Lab);
 - fills for gradient-domain blending (``smooth_fill``, ``fill_from_nearest``).
 """
 
@@ -262,17 +263,18 @@ def harmonize_lab(object_bgr: np.ndarray, object_mask: np.ndarray, ring_bgr: np.
     return out
 
 
-def white_point_correction(obj: np.ndarray, ring: np.ndarray, percentile: float, exposure_range: float,
-                           scene_spread: float, cast_strength: float, contrast_share: float,
-                           cast_prior: tuple[float, float] | None = None) -> np.ndarray:
-    """Von Kries correction of an object toward the light of its ring, by white points.
+def white_point_transform(obj: np.ndarray, ring: np.ndarray, percentile: float, exposure_range: float,
+                          scene_spread: float, cast_strength: float, contrast_share: float,
+                          cast_prior: tuple[float, float] | None = None) -> np.ndarray:
+    """Von Kries correction of an object toward the light of its ring, by white points, as the 3 x 4
+    affine map (BGR in [0, 1] to BGR) it amounts to: per-channel gains plus a luminance contrast step.
 
     The exposure undoes the posterior mismatch of the luminance white points
     (:func:`exposure_correction`), the colour cast moves ``cast_strength`` of the way to the ring's
     per-channel white point, the luminance contrast ``contrast_share`` of the way (in log).
 
     Args:
-        obj: N x 3 BGR in [0, 1], the object's pixels.
+        obj: N x 3 BGR in [0, 1], the object's pixels (or a sample of them).
         ring: M x 3 BGR in [0, 1], the ring's.
         percentile: the white point's percentile.
         exposure_range: the exposure posterior's prior range (log units).
@@ -284,7 +286,7 @@ def white_point_correction(obj: np.ndarray, ring: np.ndarray, percentile: float,
             are far from the ring's (no white at all: a red car) keeps its colour.
 
     Returns:
-        The corrected N x 3 values (not clipped).
+        3 x 4 float32 [matrix | offset]: a pixel x (a BGR column) maps to matrix @ x + offset.
     """
     ring_luminance = luminance(ring)
     object_white = white_point(luminance(obj), percentile)
@@ -298,28 +300,76 @@ def white_point_correction(obj: np.ndarray, ring: np.ndarray, percentile: float,
     else:
         length = float(np.linalg.norm(log_cast))
         log_cast *= cast_strength * float(posterior_shift(length, *cast_prior)) / length if length > _EPS else 0.0
-    corrected = obj * np.exp(log_gain + log_cast)
-    corrected_luminance = luminance(corrected)
+    gains = np.exp(log_gain + log_cast)
+    corrected_luminance = luminance(obj * gains)
     contrast = (ring_luminance.std() + _EPS) / (corrected_luminance.std() + _EPS)
-    contrast = np.clip(contrast ** contrast_share, *CONTRAST_LIMITS)
-    return corrected + ((corrected_luminance - corrected_luminance.mean()) * (contrast - 1.0))[:, None]
+    step = float(np.clip(contrast ** contrast_share, *CONTRAST_LIMITS)) - 1.0
+    # corrected + (Y(corrected) - mean Y) * step, with Y linear: one affine map of the pixel
+    weights = np.array([0.114, 0.587, 0.299]) * gains
+    matrix = np.diag(gains) + step * np.ones((3, 1)) * weights[None, :]
+    offset = np.full((3, 1), -step * float(corrected_luminance.mean()))
+    return np.hstack([matrix, offset]).astype(np.float32)
 
 
-def ring_statistics_transfer(obj_lab: np.ndarray, ring_lab: np.ndarray, lightness: tuple[float, float],
-                             chroma: tuple[float, float], spread: tuple[float, float]) -> np.ndarray:
-    """Lab statistics moved from the ring to the object, each by its posterior share (:func:`posterior_shift`).
+def white_point_correction(obj: np.ndarray, ring: np.ndarray, percentile: float, exposure_range: float,
+                           scene_spread: float, cast_strength: float, contrast_share: float,
+                           cast_prior: tuple[float, float] | None = None) -> np.ndarray:
+    """:func:`white_point_transform` (same arguments) applied to ``obj``.
+
+    Args:
+        obj: N x 3 BGR in [0, 1], the object's pixels.
+        ring: M x 3 BGR in [0, 1], the ring's.
+        percentile: the white point's percentile.
+        exposure_range: the exposure posterior's prior range (log units).
+        scene_spread: the exposure posterior's scene scale (log units).
+        cast_strength: share of the cast moved, 0-1.
+        contrast_share: share of the log contrast ratio moved, 0-1.
+        cast_prior: see :func:`white_point_transform`.
+
+    Returns:
+        The corrected N x 3 values (not clipped).
+    """
+    transform = white_point_transform(obj, ring, percentile, exposure_range, scene_spread, cast_strength,
+                                      contrast_share, cast_prior)
+    return obj @ transform[:, :3].T + transform[:, 3]
+
+
+def apply_affine_8bit(pixels_bgr: np.ndarray, transform: np.ndarray) -> np.ndarray:
+    """N x 3 uint8 BGR through a 3 x 4 affine map of [0, 1] values (:func:`white_point_transform`),
+    rounded and clipped to uint8 in one C pass (``cv2.transform``).
+
+    Args:
+        pixels_bgr: N x 3 uint8.
+        transform: 3 x 4 [matrix | offset] on values in [0, 1].
+
+    Returns:
+        N x 3 uint8.
+    """
+    scaled = np.hstack([transform[:, :3], transform[:, 3:] * 255.0]).astype(np.float32)  # same map on 0-255
+    flat = np.ascontiguousarray(pixels_bgr, dtype=np.uint8).reshape(-1, 1, 3)
+    return cv2.transform(flat, scaled).reshape(-1, 3)
+
+
+def ring_statistics_lut(obj_lab: np.ndarray, ring_lab: np.ndarray, lightness: tuple[float, float],
+                        chroma: tuple[float, float], spread: tuple[float, float]) -> np.ndarray:
+    """The ring's Lab statistics moved onto the object, each by its posterior share
+    (:func:`posterior_shift`), as a per-channel table on OpenCV's 8-bit Lab codes (``cv2.LUT``).
 
     - the lightness mean by the posterior of the ring-minus-object mean difference, whose scene spread
       is ``lightness[1]`` times the pooled lightness spread of object and ring: two heterogeneous
       regions differ in mean by their own content (a bright object on a dark table, a white rocket
-      on blue sky), two uniform ones hardly, so a heterogeneous pair is shrunk toward no shift;
+      on blue sky), two uniform ones hardly, so a heterogeneous pair is shrunk toward no shift; the
+      shift is a power curve on L (:func:`tone_power`);
     - the colour cast (the a, b means) along the ring-minus-object chroma difference, by the posterior
       of its length: an object far from its ring in colour (saturated, its colour its own) keeps it;
     - the spread of each channel (contrast, saturation) by the posterior of the log std ratio, within
       ``CONTRAST_LIMITS`` (not at all for a prior range of 0).
 
+    Every step maps each channel on its own, so a 256-entry table per channel holds the whole
+    transfer: statistics come from samples, the pixels pay one table look-up.
+
     Args:
-        obj_lab: N x 3 Lab, the object's pixels.
+        obj_lab: N x 3 Lab, the object's pixels (or a sample of them).
         ring_lab: M x 3 Lab, the ring's.
         lightness: (prior range in L units, scene spread per pooled L standard deviation) of the
             lightness mismatch.
@@ -327,7 +377,7 @@ def ring_statistics_transfer(obj_lab: np.ndarray, ring_lab: np.ndarray, lightnes
         spread: (prior range, scene spread) of the log std ratio.
 
     Returns:
-        The N x 3 Lab values, lightness clipped to [0, 100].
+        256 x 1 x 3 uint8: new 8-bit Lab code per old code, per channel.
     """
     obj_mean, obj_std = mean_std(obj_lab)
     ring_mean, ring_std = mean_std(ring_lab)
@@ -339,29 +389,50 @@ def ring_statistics_transfer(obj_lab: np.ndarray, ring_lab: np.ndarray, lightnes
     length = float(np.hypot(*cast))
     if length > _EPS:
         shift[1:] = cast / length * posterior_shift(length, *chroma)
-    out = obj_lab + shift
+    scale = np.ones(3, dtype=np.float32)
     if spread[0] > 0:  # a prior range of 0: the spreads are left alone (and nothing is computed)
         scale = np.clip(np.exp(posterior_shift(np.log(ring_std / obj_std), *spread)), *CONTRAST_LIMITS)
-        out = (obj_lab - obj_mean) * scale.astype(np.float32) + obj_mean + shift
-    out[:, 0] = tone_curve(np.clip(out[:, 0], 0.0, 100.0), obj_mean[0] + lightness_shift)
-    return out
+    codes = np.arange(256, dtype=np.float32)[:, None]
+    values = codes * _LAB_8BIT_SCALE - _LAB_8BIT_OFFSET  # 256 x 3: each code's L, a, b
+    mapped = (values - obj_mean) * scale + obj_mean + np.array([0.0, *shift[1:]], dtype=np.float32)
+    mapped[:, 0] = np.clip(mapped[:, 0], 0.0, 100.0)
+    scaled_lightness = np.clip((obj_lab[:, 0] - obj_mean[0]) * scale[0] + obj_mean[0], 0.0, 100.0)
+    power = tone_power(scaled_lightness, obj_mean[0] + lightness_shift)
+    mapped[:, 0] = 100.0 * (mapped[:, 0] / 100.0) ** power
+    coded = np.clip((mapped + _LAB_8BIT_OFFSET) / _LAB_8BIT_SCALE + 0.5, 0, 255)
+    return coded.astype(np.uint8).reshape(256, 1, 3)
 
 
-def tone_curve(lightness: np.ndarray, target_mean: float) -> np.ndarray:
-    """``lightness`` (L in [0, 100]) through the power curve L' = 100 (L / 100)^g whose mean is
+def apply_lab_lut_8bit(pixels_bgr: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """N x 3 uint8 BGR through a per-channel table on 8-bit Lab codes (:func:`ring_statistics_lut`):
+    to 8-bit Lab, the look-up, back; three table-driven C passes.
+
+    Args:
+        pixels_bgr: N x 3 uint8.
+        lut: 256 x 1 x 3 uint8.
+
+    Returns:
+        N x 3 uint8.
+    """
+    lab = cv2.cvtColor(np.ascontiguousarray(pixels_bgr, dtype=np.uint8).reshape(-1, 1, 3), cv2.COLOR_BGR2Lab)
+    return cv2.cvtColor(cv2.LUT(lab, lut), cv2.COLOR_Lab2BGR).reshape(-1, 3)
+
+
+def tone_power(lightness: np.ndarray, target_mean: float) -> float:
+    """The power g of the curve L' = 100 (L / 100)^g that gives ``lightness`` (L in [0, 100]) the mean
     ``target_mean``: an exposure or gamma edit's shape, which keeps black and white where they are
     (an added constant would clip highlights or lift blacks).
 
     Args:
-        lightness: N values in [0, 100].
+        lightness: N values in [0, 100] (a sample is enough).
         target_mean: the mean wanted, kept within [1, 99].
 
     Returns:
-        N values in [0, 100].
+        The power, within ``_TONE_POWERS``; 1 when the mean is already within ``_TONE_TOLERANCE``.
     """
     target = float(np.clip(target_mean, 1.0, 99.0)) / 100.0
     if lightness.size == 0 or abs(float(lightness.mean()) / 100.0 - target) < _TONE_TOLERANCE:
-        return lightness
+        return 1.0
     unit = np.clip(lightness / 100.0, 0.0, 1.0)
     log_sample = np.log(np.maximum(subsample(unit, _TONE_SAMPLES).astype(np.float64), _TONE_FLOOR))  # finite
     power = 1.0
@@ -374,7 +445,23 @@ def tone_curve(lightness: np.ndarray, target_mean: float) -> np.ndarray:
         power = float(np.clip(power - step, *_TONE_POWERS))
         if abs(step) < 1e-3:
             break
-    return (100.0 * unit ** power).astype(lightness.dtype)
+    return power
+
+
+def tone_curve(lightness: np.ndarray, target_mean: float) -> np.ndarray:
+    """``lightness`` (L in [0, 100]) through the power curve of :func:`tone_power` whose mean is ``target_mean``.
+
+    Args:
+        lightness: N values in [0, 100].
+        target_mean: the mean wanted, kept within [1, 99].
+
+    Returns:
+        N values in [0, 100].
+    """
+    power = tone_power(lightness, target_mean)
+    if power == 1.0:
+        return lightness
+    return (100.0 * np.clip(lightness / 100.0, 0.0, 1.0) ** power).astype(lightness.dtype)
 
 
 # --- fills for gradient-domain blending ------------------------------------------------------------

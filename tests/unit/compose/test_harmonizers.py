@@ -39,13 +39,18 @@ from synrail.compose.harmonizers import (
     make_harmonizer,
 )
 from synrail.compose.harmony_kernels import (
+    apply_affine_8bit,
+    apply_lab_lut_8bit,
     exposure_correction,
     harmonize_lab,
     posterior_shift,
     ring_pixels,
-    ring_statistics_transfer,
+    ring_statistics_lut,
     to_lab,
+    to_lab_8bit,
     tone_curve,
+    white_point_correction,
+    white_point_transform,
 )
 from synrail.config import (
     DEFAULT_HARMONIZE,
@@ -379,6 +384,12 @@ def test_tone_curve_reaches_the_mean_and_keeps_black_and_white():
     assert np.allclose(tone_curve(lightness, float(lightness.mean())), lightness, atol=0.1)  # no change asked
 
 
+def _lut_lightness(lut: np.ndarray, lightness: np.ndarray) -> np.ndarray:
+    """L values through the L column of an 8-bit Lab table (codes L * 255 / 100)."""
+    codes = np.clip(np.round(lightness * 2.55), 0, 255).astype(int)
+    return lut[codes, 0, 0].astype(np.float32) / 2.55
+
+
 def test_lightness_shift_shrinks_when_object_and_ring_are_heterogeneous():
     """The same 20 L difference: between two uniform regions it is a mismatch and is mostly undone;
     between two heterogeneous ones (a bright textured object on a textured scene) their own content
@@ -387,10 +398,60 @@ def test_lightness_shift_shrinks_when_object_and_ring_are_heterogeneous():
     shifts = {}
     for std_l in (3.0, 25.0):
         obj, ring = _lab_region(40.0, std_l, 0), _lab_region(60.0, std_l, 1)
-        out = ring_statistics_transfer(obj, ring, (40.0, 2.5), *keep)
-        shifts[std_l] = float(out[:, 0].mean() - obj[:, 0].mean())
+        lut = ring_statistics_lut(obj, ring, (40.0, 2.5), *keep)
+        shifts[std_l] = float(_lut_lightness(lut, obj[:, 0]).mean() - obj[:, 0].mean())
     assert shifts[3.0] > 15.0  # uniform: mostly undone
     assert 0.0 < shifts[25.0] < 0.5 * shifts[3.0]  # heterogeneous: mostly kept
+
+
+def test_ring_lab_table_moves_the_cast_and_keeps_black_and_white():
+    """The table is the transfer: a slight cast is moved onto the object's a, b codes, and the
+    lightness curve keeps L 0 and 100 where they are while it lifts the mean."""
+    obj, ring = _lab_region(40.0, 3.0, 0), _lab_region(60.0, 3.0, 1)
+    ring[:, 1] += 4.0  # the ring's light is slightly redder
+    lut = ring_statistics_lut(obj, ring, (40.0, 2.5), (10.0, 8.0), (0.0, 0.3))
+    assert lut.shape == (256, 1, 3) and lut.dtype == np.uint8
+    assert lut[0, 0, 0] == 0 and lut[255, 0, 0] == 255
+    assert 2 <= int(lut[128, 0, 1]) - 128 <= 5  # a: most of the 4-unit cast
+    assert abs(int(lut[128, 0, 2]) - 128) <= 1  # b: no cast to move
+    pixels = cv2.cvtColor(np.full((1, 1, 3), (90, 100, 110), dtype=np.uint8), cv2.COLOR_BGR2Lab)
+    out = apply_lab_lut_8bit(np.full((5, 3), (90, 100, 110), dtype=np.uint8), lut)
+    back = cv2.cvtColor(cv2.LUT(pixels, lut), cv2.COLOR_Lab2BGR).reshape(3)
+    assert np.array_equal(out, np.tile(back, (5, 1)))
+
+
+def test_white_point_transform_is_the_correction_as_one_affine_map():
+    """``local`` applies the map in float, ``ring`` on uint8 in one pass: the same correction, to rounding."""
+    rng = np.random.default_rng(3)
+    obj = rng.integers(20, 200, (500, 3)).astype(np.uint8)
+    ring = rng.integers(60, 250, (800, 3)).astype(np.uint8)
+    args = (obj.astype(np.float32) / 255.0, ring.astype(np.float32) / 255.0, 99.0, 0.6, 0.3, 1.0, 0.3, (0.4, 0.2))
+    transform = white_point_transform(*args)
+    reference = np.clip(white_point_correction(*args) * 255.0, 0, 255)
+    assert transform.shape == (3, 4)
+    assert not np.allclose(transform[:, :3], np.eye(3))  # it does correct something here
+    assert np.abs(apply_affine_8bit(obj, transform).astype(float) - reference).max() <= 1.0
+
+
+def test_ring_on_samples_matches_the_transfer_on_every_pixel():
+    """Statistics from samples, pixels through the affine map and the Lab table: on a large object
+    the result is within a few levels of the same transfer computed on every pixel in float."""
+    image, mask = _scene(height=300, width=400)
+    mask = np.zeros(mask.shape, dtype=np.uint8)
+    cv2.ellipse(mask, (200, 150), (120, 110), 0, 0, 360, 1, thickness=-1)
+    mask = mask.astype(bool)  # ~41,000 pixels: more than the 16,384 the statistics are sampled from
+    composite = _pasted(image, mask, colour=(120, 140, 170))
+    harmonizer = RingHarmonizer()
+    out = harmonizer.harmonize(composite, mask)
+    ring = ring_pixels(composite, mask, harmonizer.context_px(int(mask.any(axis=1).sum())))
+    obj = composite[mask]
+    lit = np.clip(white_point_correction(obj / 255.0, ring / 255.0, 99.0, 0.6, 0.3, 1.0, 0.3, (0.4, 0.2))
+                  * 255.0 + 0.5, 0, 255).astype(np.uint8)
+    lut = ring_statistics_lut(to_lab_8bit(lit), to_lab_8bit(ring), (40.0, 3.0), (10.0, 8.0), (0.0, 0.3))
+    reference = apply_lab_lut_8bit(lit, lut)
+    assert np.abs(out[mask].astype(int) - reference).mean() < 1.5  # a level or so of rounding and sampling
+    assert np.abs(out[mask].mean(axis=0) - reference.mean(axis=0)).max() < 2.0  # no drift in the mean
+    assert np.abs(out[mask].astype(int) - composite[mask]).mean() > 5.0  # and it did change the object
 
 
 # --- the config union and its deprecated flat keys ---------------------------------------------------
