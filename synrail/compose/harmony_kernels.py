@@ -4,8 +4,11 @@ built from. Nothing here keeps state or knows about configs.
 - geometry: the ring of background around an object (``ring_width``, ``ring_mask``, ``ring_pixels``,
   ``mask_window``);
 - statistics: CIE Lab conversion, per-channel mean and spread, white points, luminance;
+- edges: pixels paired across the object's edge and their lightness steps (``edge_pairs``,
+  ``edge_differences``);
 - posteriors: how much of an observed object-to-ring difference is a mismatch to undo rather than
-  the scene's own difference (``exposure_correction`` for a gain, ``posterior_shift`` for an offset);
+  the scene's own difference (``exposure_correction`` for a gain, ``posterior_shift`` for an offset,
+  ``edge_lightness_shift`` for the step across the edge);
 - transfers: ``harmonize_lab`` (partial Reinhard transfer, the first default), ``white_point_transform``
   (``local``'s von Kries correction, an affine map), ``ring_statistics_lut`` (``ring``'s guarded Lab
   transfer, a per-channel table on 8-bit Lab);
@@ -34,6 +37,9 @@ _TONE_SAMPLES = 512  # pixels a tone curve's power is fitted on
 _TONE_TOLERANCE = 5e-4  # a mean this close (in L / 100) needs no curve
 _TONE_POWERS = (0.2, 5.0)  # the powers a tone curve may take
 _SCENE_TAIL_DOF = 3.0  # Student-t degrees of freedom of the scene's own object-to-ring difference
+_MAD_TO_STD = 1.4826  # a normal distribution's standard deviation per median absolute deviation
+_EDGE_SPREAD_FLOOR = 1.0  # L units: an edge never counts as more consistent than this (8-bit, JPEG noise)
+_MIN_EDGE_PAIRS = 8  # fewer pairs across the edge than this are no evidence
 
 
 # --- geometry --------------------------------------------------------------------------------------
@@ -350,16 +356,13 @@ def apply_affine_8bit(pixels_bgr: np.ndarray, transform: np.ndarray) -> np.ndarr
     return cv2.transform(flat, scaled).reshape(-1, 3)
 
 
-def ring_statistics_lut(obj_lab: np.ndarray, ring_lab: np.ndarray, lightness: tuple[float, float],
+def ring_statistics_lut(obj_lab: np.ndarray, ring_lab: np.ndarray, lightness_shift: float,
                         chroma: tuple[float, float], spread: tuple[float, float]) -> np.ndarray:
-    """The ring's Lab statistics moved onto the object, each by its posterior share
-    (:func:`posterior_shift`), as a per-channel table on OpenCV's 8-bit Lab codes (``cv2.LUT``).
+    """The object's lightness mean moved by ``lightness_shift`` (:func:`edge_lightness_shift`) and
+    the ring's other Lab statistics moved onto it, each by its posterior share (:func:`posterior_shift`),
+    as a per-channel table on OpenCV's 8-bit Lab codes (``cv2.LUT``).
 
-    - the lightness mean by the posterior of the ring-minus-object mean difference, whose scene spread
-      is ``lightness[1]`` times the pooled lightness spread of object and ring: two heterogeneous
-      regions differ in mean by their own content (a bright object on a dark table, a white rocket
-      on blue sky), two uniform ones hardly, so a heterogeneous pair is shrunk toward no shift; the
-      shift is a power curve on L (:func:`tone_power`);
+    - the lightness shift is a power curve on L (:func:`tone_power`): black and white stay;
     - the colour cast (the a, b means) along the ring-minus-object chroma difference, by the posterior
       of its length: an object far from its ring in colour (saturated, its colour its own) keeps it;
     - the spread of each channel (contrast, saturation) by the posterior of the log std ratio, within
@@ -371,8 +374,7 @@ def ring_statistics_lut(obj_lab: np.ndarray, ring_lab: np.ndarray, lightness: tu
     Args:
         obj_lab: N x 3 Lab, the object's pixels (or a sample of them).
         ring_lab: M x 3 Lab, the ring's.
-        lightness: (prior range in L units, scene spread per pooled L standard deviation) of the
-            lightness mismatch.
+        lightness_shift: L units added to the object's mean lightness.
         chroma: (prior range, scene spread) of the cast, a-b units.
         spread: (prior range, scene spread) of the log std ratio.
 
@@ -382,9 +384,6 @@ def ring_statistics_lut(obj_lab: np.ndarray, ring_lab: np.ndarray, lightness: tu
     obj_mean, obj_std = mean_std(obj_lab)
     ring_mean, ring_std = mean_std(ring_lab)
     shift = np.zeros(3, dtype=np.float32)
-    prior_range, spread_share = lightness
-    pooled_spread = float(np.hypot(ring_std[0], obj_std[0]))
-    lightness_shift = float(posterior_shift(ring_mean[0] - obj_mean[0], prior_range, spread_share * pooled_spread))
     cast = ring_mean[1:] - obj_mean[1:]
     length = float(np.hypot(*cast))
     if length > _EPS:
@@ -401,6 +400,83 @@ def ring_statistics_lut(obj_lab: np.ndarray, ring_lab: np.ndarray, lightness: tu
     mapped[:, 0] = 100.0 * (mapped[:, 0] / 100.0) ** power
     coded = np.clip((mapped + _LAB_8BIT_OFFSET) / _LAB_8BIT_SCALE + 0.5, 0, 255)
     return coded.astype(np.uint8).reshape(256, 1, 3)
+
+
+def edge_pairs(mask: np.ndarray, band_px: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pixels paired across the object's edge: each background pixel within ``band_px`` outside
+    ``mask`` with the nearest object pixel within ``band_px`` inside it.
+
+    The edge's own pixels count, mixtures of object and background as they may be (anti-aliasing,
+    resizing): skipping them made both benchmarks worse (real 58 %, synthetic 25-35 %).
+
+    Args:
+        mask: H x W bool, the object.
+        band_px: the depth of the bands on both sides of the edge.
+
+    Returns:
+        (outside, inside): flat pixel indices of equal length (empty when either band is).
+    """
+    inner = mask & ~_erode(mask, band_px)
+    outer = dilate(mask, band_px) & ~mask
+    if not inner.any() or not outer.any():
+        empty = np.zeros(0, dtype=np.intp)
+        return empty, empty
+    _, labels = cv2.distanceTransformWithLabels((~inner).astype(np.uint8), cv2.DIST_L2, 3,
+                                                labelType=cv2.DIST_LABEL_PIXEL)
+    inside, outside = np.flatnonzero(inner), np.flatnonzero(outer)
+    pixel_of_label = np.zeros(int(labels.max()) + 1, dtype=np.intp)
+    pixel_of_label[labels.ravel()[inside]] = inside
+    return outside, pixel_of_label[labels.ravel()[outside]]
+
+
+def edge_differences(image_bgr: np.ndarray, mask: np.ndarray, band_px: int) -> np.ndarray:
+    """Lightness steps across the object's edge (8-bit CIE L units), outside minus inside, over the
+    pairs of :func:`edge_pairs`.
+
+    Args:
+        image_bgr: H x W x 3 uint8, the object pasted.
+        mask: H x W bool, the object.
+        band_px: the depth of the bands on both sides of the edge.
+
+    Returns:
+        One difference per outer band pixel (empty when either band is).
+    """
+    outside, inside = edge_pairs(mask, band_px)
+    if not outside.size:
+        return np.zeros(0, dtype=np.float32)
+    pixels = image_bgr.reshape(-1, 3)
+    return to_lab_8bit(pixels[outside])[:, 0] - to_lab_8bit(pixels[inside])[:, 0]
+
+
+def _erode(mask: np.ndarray, radius: int) -> np.ndarray:
+    """``mask`` shrunk by a disc of ``radius`` pixels (the image border does not erode it)."""
+    kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1, 2 * radius + 1))
+    return cv2.erode(mask.astype(np.uint8), kernel, borderType=cv2.BORDER_REPLICATE).astype(bool)
+
+
+def edge_lightness_shift(differences: np.ndarray, prior_range: float, spread_share: float) -> float:
+    """The lightness mismatch to undo, from the steps across the object's edge (:func:`edge_differences`).
+
+    A mismatch adds one offset to every step around the edge; the scene's own edges (a dark tyre,
+    then bright paint, against one background) vary around it. So the observation is the median
+    step and the scene spread ``spread_share`` times the steps' robust spread (their median absolute
+    deviation as a standard deviation, at least ``_EDGE_SPREAD_FLOOR``): an object that meets its
+    surroundings with one consistent step is mostly corrected, one whose edge steps up here and down
+    there keeps most of its lightness (:func:`posterior_shift`).
+
+    Args:
+        differences: outer minus inner lightness per pair across the edge.
+        prior_range: half-width of the flat prior over the mismatch (L units).
+        spread_share: scene spread per robust spread of the steps.
+
+    Returns:
+        The L shift to add to the object's mean (0 without enough pairs).
+    """
+    if differences.size < _MIN_EDGE_PAIRS:
+        return 0.0
+    median = float(np.median(differences))
+    robust_spread = _MAD_TO_STD * float(np.median(np.abs(differences - median)))
+    return float(posterior_shift(median, prior_range, spread_share * robust_spread + _EDGE_SPREAD_FLOOR))
 
 
 def apply_lab_lut_8bit(pixels_bgr: np.ndarray, lut: np.ndarray) -> np.ndarray:
