@@ -134,12 +134,6 @@ def to_lab_8bit(pixels_bgr: np.ndarray) -> np.ndarray:
     return lab.reshape(-1, 3).astype(np.float32) * _LAB_8BIT_SCALE - _LAB_8BIT_OFFSET
 
 
-def lab_to_bgr_8bit(lab: np.ndarray) -> np.ndarray:
-    """N x 3 Lab -> N x 3 BGR uint8 through OpenCV's 8-bit conversion (the inverse of :func:`to_lab_8bit`)."""
-    coded = np.clip((np.asarray(lab, dtype=np.float32) + _LAB_8BIT_OFFSET) / _LAB_8BIT_SCALE + 0.5, 0, 255)
-    return cv2.cvtColor(coded.astype(np.uint8).reshape(-1, 1, 3), cv2.COLOR_Lab2BGR).reshape(-1, 3)
-
-
 def lab_to_bgr(lab: np.ndarray) -> np.ndarray:
     """N x 3 Lab -> N x 3 BGR uint8, rounded and clipped."""
     bgr = cv2.cvtColor(np.ascontiguousarray(lab, dtype=np.float32).reshape(-1, 1, 3), cv2.COLOR_Lab2BGR)
