@@ -277,8 +277,9 @@ class RingHarmonizeConfig(LocalHarmonizeConfig):
     backend: Literal["ring"]
     cast_strength: float = Field(default=1.0, ge=0, le=1)
     cast_prior: tuple[float, float] = (0.4, 0.2)
-    lightness: tuple[float, float] = Field(default=(40.0, 3.0),
-                                           description="(prior range in L, scene spread per pooled L std)")
+    lightness: tuple[float, float] = Field(default=(40.0, 2.25),
+                                           description="(prior range in L, scene spread per robust spread of "
+                                                       "the lightness steps across the object's edge)")
     chroma: tuple[float, float] = (10.0, 8.0)
     spread: tuple[float, float] = Field(default=(0.0, 0.3), description="(prior range, scene spread); 0: off")
     ring_share: float = Field(default=0.15, gt=0, le=2, description="ring width / object height")

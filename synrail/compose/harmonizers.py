@@ -8,9 +8,9 @@ mask so that no step remains at the object's edge. ``context_px`` says how much 
 a backend reads, so a caller can hand it a window instead of the whole image. Backends (the
 computations are the pure functions of ``harmony_kernels``):
 
-- ``RingHarmonizer`` (the default): ``local``'s white-point correction, then the ring's Lab
-  statistics transferred per channel, each by how plausible the object-to-ring difference is as a
-  mismatch (an object whose colour is its own keeps it).
+- ``RingHarmonizer`` (the default): ``local``'s white-point correction, then the lightness step
+  across the object's edge and the ring's colour cast undone in Lab, each by how plausible it is
+  as a mismatch (an object whose colour is its own keeps it).
 - ``GlobalLabHarmonizer``: the first default (``harmonize_lab`` from a ring of background).
 - ``LocalStatsHarmonizer``: exposure and colour cast matched to the ring's white point (von Kries;
   the exposure from a posterior that discounts a scene unlike its object), contrast partly to the ring's.
@@ -31,25 +31,31 @@ import cv2
 import numpy as np
 
 from synrail.compose.harmony_kernels import (
+    apply_affine_8bit,
+    apply_lab_lut_8bit,
     dilate,
+    edge_lightness_shift,
+    edge_pairs,
     fill_from_nearest,
     harmonize_lab,
-    lab_to_bgr_8bit,
     mask_height,
     mask_window,
     ring_mask,
     ring_pixels,
-    ring_statistics_transfer,
+    ring_statistics_lut,
     ring_width,
     smooth_fill,
     subsample,
     to_lab_8bit,
     white_point_correction,
+    white_point_transform,
 )
 
 RING_SHARE = 0.15  # ring width as a share of the object's height (lab, local; poisson's context)
-_WHITE_POINT_SAMPLES = 16384  # ring: a 99th percentile needs no more pixels (and its sort is the cost)
+_WHITE_POINT_SAMPLES = 16384  # ring: a 99th percentile of object or ring needs no more pixels (its sort is the cost)
 _MIN_RING_PX = 8  # fewer background pixels than this are no statistics
+_EDGE_SIDE_PX = 512  # ring: edge steps are measured on a window shrunk to this side at most (a bounded cost)
+_EDGE_BAND_PX = 3  # ring: depth of the bands paired across the object's edge, at that scale
 _SEAMLESS_CLONE_ERODES_PX = 3  # seamlessClone erodes its mask 3 px before using the source's gradients
 _POISSON_FILL_CELLS = 16  # resolution of the background guessed behind an object (mixed mode's guidance)
 
@@ -117,8 +123,12 @@ class _RingStatistics(Harmonizer):
         ring = image[ring_mask(object_mask, ring_px)]
         if len(ring) < _MIN_RING_PX:
             return out
-        out[window][object_mask] = self._corrected(image[object_mask], ring)
+        out[window][object_mask] = self._corrected_in(image, object_mask, ring)
         return out
+
+    def _corrected_in(self, image: np.ndarray, object_mask: np.ndarray, ring: np.ndarray) -> np.ndarray:
+        """The object's pixels (``image[object_mask]``) corrected, from the window and its ring's M x 3 pixels."""
+        return self._corrected(image[object_mask], ring)
 
     def _corrected(self, obj: np.ndarray, ring: np.ndarray) -> np.ndarray:
         """The object's N x 3 uint8 BGR pixels corrected from the ring's M x 3."""
@@ -202,29 +212,31 @@ class LocalStatsHarmonizer(_RingStatistics):
 
 class RingHarmonizer(LocalStatsHarmonizer):
     """``local``'s white-point correction (exposure posterior in the luminance, cast by white
-    points), then the ring's CIE Lab statistics moved onto the object per channel
-    (``ring_statistics_transfer``), each by the posterior share of the object-to-ring difference.
+    points), then the object's lightness and the ring's colour cast moved onto it in CIE Lab
+    (``ring_statistics_lut``), each by the posterior share of the observed difference.
 
-    The two estimates see different things: white points are blind to an object's albedo, means see
-    the mismatch of every pixel, not only the highlights; they disagree exactly when the object's
-    albedo differs from its surroundings'. So the Lab step's strength is set by how plausible it is
-    that object and ring show the same content under one light: a lightness difference small against
-    the pooled lightness spread of object and ring (``lightness``: prior range in L units, scene
-    spread per pooled standard deviation) is mostly a mismatch and is mostly undone, one that two
-    heterogeneous regions explain by themselves is mostly kept; a cast or spread difference far
-    beyond its prior range (``chroma``, ``spread``: prior range, scene spread) is the scene's own, so
-    a saturated object on a grey scene (a red car on ballast) stays saturated. The spreads are left
-    alone by default (prior range 0: on both benchmarks ``local``'s contrast step does as well, and
-    it is cheaper). The ring is ``ring_share`` of the object's height wide.
+    The lightness evidence is the step across the object's edge (``edge_differences``): each
+    background pixel within 3 px of the object against the nearest object pixel within 3 px inside
+    it. A mismatch adds one offset to the step all around the edge; an object's own light and dark
+    parts make it step up here and down there. So the observation is the median step and the scene
+    spread ``lightness[1]`` times the steps' robust spread (``edge_lightness_shift``; ``lightness[0]``
+    the prior range in L units): a consistent step is mostly undone, a varied one mostly kept. (The
+    region means this replaced, object against ring with a spread from their pooled lightness
+    spread, cannot tell a bright object on a dark table from an over-exposed paste.) A cast or spread
+    difference far beyond its prior range (``chroma``, ``spread``: prior range, scene spread) is the
+    scene's own, so a saturated object on a grey scene (a red car on ballast) stays saturated. The
+    spreads are left alone by default (prior range 0: on both benchmarks ``local``'s contrast step
+    does as well, and it is cheaper). The ring is ``ring_share`` of the object's height wide.
 
+    Statistics come from samples; the pixels go through one affine map (the white-point
+    correction) and one table on 8-bit Lab codes, so it composes no slower than ``local``.
     Chosen on iHarmony4 composites (``benchmarks/harmonize.py --iharmony``; tuned on the half whose
-    real image sorts into even positions) with the synthetic benchmark's seeds 12-13 as the second
-    opinion (README).
+    real image sorts into even positions) with the synthetic benchmark as the second opinion (README).
     """
 
     name = "ring"
 
-    def __init__(self, lightness: tuple[float, float] = (40.0, 3.0), chroma: tuple[float, float] = (10.0, 8.0),
+    def __init__(self, lightness: tuple[float, float] = (40.0, 2.25), chroma: tuple[float, float] = (10.0, 8.0),
                  spread: tuple[float, float] = (0.0, 0.3), ring_share: float = RING_SHARE,
                  cast_prior: tuple[float, float] = (0.4, 0.2),
                  exposure_range: float = 0.6, scene_spread: float = 0.3, cast_strength: float = 1.0,
@@ -234,12 +246,37 @@ class RingHarmonizer(LocalStatsHarmonizer):
         self.lightness, self.chroma, self.spread = tuple(lightness), tuple(chroma), tuple(spread)
         self.ring_share = ring_share
 
-    def _corrected(self, obj: np.ndarray, ring: np.ndarray) -> np.ndarray:
+    def _corrected_in(self, image: np.ndarray, object_mask: np.ndarray, ring: np.ndarray) -> np.ndarray:
+        # Statistics from samples, the pixels through two cheap maps: the white-point correction is
+        # affine in BGR, the Lab transfer per channel in 8-bit Lab (a table), so a large object
+        # costs a few table-driven C passes instead of float colour conversions and a sort.
+        obj = image[object_mask]
         ring = subsample(ring, _WHITE_POINT_SAMPLES)
-        lit = super()._corrected(obj, ring)
-        lab = ring_statistics_transfer(to_lab_8bit(lit), to_lab_8bit(subsample(ring)), self.lightness, self.chroma,
-                                       self.spread)
-        return lab_to_bgr_8bit(lab)  # 8-bit Lab: its tables make the two conversions cheap
+        sample = subsample(obj, _WHITE_POINT_SAMPLES)
+        transform = white_point_transform(sample.astype(np.float32) / 255.0, ring.astype(np.float32) / 255.0,
+                                          self.percentile, self.exposure_range, self.scene_spread,
+                                          self.cast_strength, self.contrast_share, self.cast_prior)
+        shift = edge_lightness_shift(self._edge_steps(image, object_mask, transform), *self.lightness)
+        lut = ring_statistics_lut(to_lab_8bit(apply_affine_8bit(sample, transform)), to_lab_8bit(subsample(ring)),
+                                  shift, self.chroma, self.spread)
+        return apply_lab_lut_8bit(apply_affine_8bit(obj, transform), lut)
+
+    @staticmethod
+    def _edge_steps(image: np.ndarray, object_mask: np.ndarray, transform: np.ndarray) -> np.ndarray:
+        """The lightness steps across the edge of the white-point-corrected object, measured on the
+        window shrunk to ``_EDGE_SIDE_PX`` at most: the distance transform that pairs the pixels
+        costs in proportion to the window (shrinking to 256 px instead cost the synthetic
+        benchmark 4 points: a shrink mixes the edge's pixels and softens the step)."""
+        scale = _EDGE_SIDE_PX / max(image.shape[:2])
+        if scale < 1.0:
+            size = (max(1, round(image.shape[1] * scale)), max(1, round(image.shape[0] * scale)))
+            image = cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+            object_mask = cv2.resize(object_mask.astype(np.float32), size, interpolation=cv2.INTER_AREA) >= 0.5
+        outside, inside = edge_pairs(object_mask, _EDGE_BAND_PX)
+        if not outside.size:
+            return np.zeros(0, dtype=np.float32)
+        pixels = image.reshape(-1, 3)  # only the paired object pixels go through the correction
+        return to_lab_8bit(pixels[outside])[:, 0] - to_lab_8bit(apply_affine_8bit(pixels[inside], transform))[:, 0]
 
 
 class PoissonHarmonizer(Harmonizer):

@@ -39,13 +39,20 @@ from synrail.compose.harmonizers import (
     make_harmonizer,
 )
 from synrail.compose.harmony_kernels import (
+    apply_affine_8bit,
+    apply_lab_lut_8bit,
+    edge_differences,
+    edge_lightness_shift,
     exposure_correction,
     harmonize_lab,
     posterior_shift,
     ring_pixels,
-    ring_statistics_transfer,
+    ring_statistics_lut,
     to_lab,
+    to_lab_8bit,
     tone_curve,
+    white_point_correction,
+    white_point_transform,
 )
 from synrail.config import (
     DEFAULT_HARMONIZE,
@@ -379,18 +386,113 @@ def test_tone_curve_reaches_the_mean_and_keeps_black_and_white():
     assert np.allclose(tone_curve(lightness, float(lightness.mean())), lightness, atol=0.1)  # no change asked
 
 
-def test_lightness_shift_shrinks_when_object_and_ring_are_heterogeneous():
-    """The same 20 L difference: between two uniform regions it is a mismatch and is mostly undone;
-    between two heterogeneous ones (a bright textured object on a textured scene) their own content
-    explains it and most of it is kept."""
-    keep = ((1e-6, 1.0), (1e-6, 1.0))  # chroma and spread untouched: the lightness alone
-    shifts = {}
-    for std_l in (3.0, 25.0):
-        obj, ring = _lab_region(40.0, std_l, 0), _lab_region(60.0, std_l, 1)
-        out = ring_statistics_transfer(obj, ring, (40.0, 2.5), *keep)
-        shifts[std_l] = float(out[:, 0].mean() - obj[:, 0].mean())
-    assert shifts[3.0] > 15.0  # uniform: mostly undone
-    assert 0.0 < shifts[25.0] < 0.5 * shifts[3.0]  # heterogeneous: mostly kept
+def _lut_lightness(lut: np.ndarray, lightness: np.ndarray) -> np.ndarray:
+    """L values through the L column of an 8-bit Lab table (codes L * 255 / 100)."""
+    codes = np.clip(np.round(lightness * 2.55), 0, 255).astype(int)
+    return lut[codes, 0, 0].astype(np.float32) / 2.55
+
+
+def test_edge_differences_pair_each_outer_pixel_with_the_nearest_inner_one():
+    image = np.full((60, 80, 3), 100, dtype=np.uint8)
+    mask = np.zeros((60, 80), dtype=bool)
+    mask[20:40, 25:55] = True
+    image[mask] = 60
+    image[mask & (np.arange(80) >= 40)[None, :]] = 140  # the right half of the object is brighter
+    steps = edge_differences(image, mask, 3)
+    outer = int((cv2.dilate(mask.astype(np.uint8), cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (7, 7)))
+                 .astype(bool) & ~mask).sum())
+    assert steps.size == outer
+    dark, bright = [float(to_lab_8bit(np.array([[v, v, v]], dtype=np.uint8))[0, 0]) for v in (60, 140)]
+    grey = float(to_lab_8bit(np.array([[100, 100, 100]], dtype=np.uint8))[0, 0])
+    assert np.isclose(steps.max(), grey - dark, atol=0.5) and np.isclose(steps.min(), grey - bright, atol=0.5)
+    assert edge_differences(image, np.zeros_like(mask), 3).size == 0
+
+
+def test_edge_lightness_shift_undoes_a_consistent_step_and_keeps_a_varied_one():
+    """The same median step of 20 L: all around the edge (a mismatch), it is mostly undone; stepping
+    up here and down there (the object's own light and dark parts), most of it is kept."""
+    rng = np.random.default_rng(0)
+    consistent = 20.0 + rng.normal(0, 1.0, 400)
+    varied = 20.0 + rng.normal(0, 25.0, 400)
+    assert edge_lightness_shift(consistent, 40.0, 2.0) > 17.0
+    assert 0.0 < edge_lightness_shift(varied, 40.0, 2.0) < 10.0
+    assert edge_lightness_shift(-consistent, 40.0, 2.0) < -17.0  # either way
+    assert edge_lightness_shift(consistent[:5], 40.0, 2.0) == 0.0  # too few pairs: no evidence
+
+
+def test_ring_measures_edge_steps_at_a_bounded_scale():
+    """The edge is measured on the window shrunk to 512 px at most: the same scene at twice the size
+    gives fewer pairs than twice as many (a bounded cost), and still the step across the edge (a
+    little softer: shrinking mixes the edge's pixels)."""
+    rng = np.random.default_rng(5)
+    image = np.clip(rng.normal(110, 6, (300, 330, 3)), 0, 255).astype(np.uint8)
+    mask = np.zeros((300, 330), dtype=np.uint8)
+    cv2.ellipse(mask, (165, 150), (90, 105), 0, 0, 360, 1, thickness=-1)
+    mask = mask.astype(bool)
+    image[mask] = np.clip(image[mask].astype(int) - 35, 0, 255).astype(np.uint8)  # one consistent step down
+    big_image = cv2.resize(image, (660, 600), interpolation=cv2.INTER_NEAREST)  # its window: over 512 px
+    big_mask = cv2.resize(mask.astype(np.uint8), (660, 600), interpolation=cv2.INTER_NEAREST).astype(bool)
+    identity = np.hstack([np.eye(3), np.zeros((3, 1))]).astype(np.float32)
+    steps = RingHarmonizer._edge_steps(image, mask, identity)
+    big_steps = RingHarmonizer._edge_steps(big_image, big_mask, identity)
+    assert steps.size < big_steps.size < 1.7 * steps.size  # shrunk to 512: about 1.55x the edge, not 2x
+    assert float(np.median(steps)) > 12.0 and float(np.median(big_steps)) > 8.0  # outside minus a darker inside
+    out = RingHarmonizer().harmonize(image, mask)
+    assert out[mask].mean() > image[mask].mean() + 10  # and mostly undone
+
+
+def test_ring_lab_table_moves_lightness_and_cast_and_keeps_black_and_white():
+    """The table is the transfer: the lightness shift asked for lifts the object's mean, a slight
+    cast is moved onto its a, b codes, and L 0 and 100 stay where they are."""
+    obj, ring = _lab_region(40.0, 3.0, 0), _lab_region(60.0, 3.0, 1)
+    ring[:, 1] += 4.0  # the ring's light is slightly redder
+    lut = ring_statistics_lut(obj, ring, 20.0, (10.0, 8.0), (0.0, 0.3))
+    assert lut.shape == (256, 1, 3) and lut.dtype == np.uint8
+    assert lut[0, 0, 0] == 0 and lut[255, 0, 0] == 255
+    assert abs(float(_lut_lightness(lut, obj[:, 0]).mean() - obj[:, 0].mean()) - 20.0) < 1.0
+    assert 2 <= int(lut[128, 0, 1]) - 128 <= 5  # a: most of the 4-unit cast
+    assert abs(int(lut[128, 0, 2]) - 128) <= 1  # b: no cast to move
+    pixels = cv2.cvtColor(np.full((1, 1, 3), (90, 100, 110), dtype=np.uint8), cv2.COLOR_BGR2Lab)
+    out = apply_lab_lut_8bit(np.full((5, 3), (90, 100, 110), dtype=np.uint8), lut)
+    back = cv2.cvtColor(cv2.LUT(pixels, lut), cv2.COLOR_Lab2BGR).reshape(3)
+    assert np.array_equal(out, np.tile(back, (5, 1)))
+
+
+def test_white_point_transform_is_the_correction_as_one_affine_map():
+    """``local`` applies the map in float, ``ring`` on uint8 in one pass: the same correction, to rounding."""
+    rng = np.random.default_rng(3)
+    obj = rng.integers(20, 200, (500, 3)).astype(np.uint8)
+    ring = rng.integers(60, 250, (800, 3)).astype(np.uint8)
+    args = (obj.astype(np.float32) / 255.0, ring.astype(np.float32) / 255.0, 99.0, 0.6, 0.3, 1.0, 0.3, (0.4, 0.2))
+    transform = white_point_transform(*args)
+    reference = np.clip(white_point_correction(*args) * 255.0, 0, 255)
+    assert transform.shape == (3, 4)
+    assert not np.allclose(transform[:, :3], np.eye(3))  # it does correct something here
+    assert np.abs(apply_affine_8bit(obj, transform).astype(float) - reference).max() <= 1.0
+
+
+def test_ring_on_samples_matches_the_transfer_on_every_pixel():
+    """Statistics from samples, pixels through the affine map and the Lab table: on a large object
+    the result is within a level or so of the same transfer computed on every pixel in float."""
+    image, mask = _scene(height=240, width=250)
+    mask = np.zeros(mask.shape, dtype=np.uint8)
+    cv2.ellipse(mask, (125, 120), (95, 100), 0, 0, 360, 1, thickness=-1)
+    mask = mask.astype(bool)  # ~30,000 pixels: more than the 16,384 the statistics are sampled from
+    composite = _pasted(image, mask, colour=(120, 140, 170))
+    harmonizer = RingHarmonizer()
+    out = harmonizer.harmonize(composite, mask)
+    ring = ring_pixels(composite, mask, harmonizer.context_px(int(mask.any(axis=1).sum())))
+    obj = composite[mask]
+    lit = np.clip(white_point_correction(obj / 255.0, ring / 255.0, 99.0, 0.6, 0.3, 1.0, 0.3, (0.4, 0.2))
+                  * 255.0 + 0.5, 0, 255).astype(np.uint8)
+    lit_image = composite.copy()
+    lit_image[mask] = lit
+    shift = edge_lightness_shift(edge_differences(lit_image, mask, 3), *harmonizer.lightness)
+    lut = ring_statistics_lut(to_lab_8bit(lit), to_lab_8bit(ring), shift, (10.0, 8.0), (0.0, 0.3))
+    reference = apply_lab_lut_8bit(lit, lut)
+    assert np.abs(out[mask].astype(int) - reference).mean() < 1.5  # a level or so of rounding and sampling
+    assert np.abs(out[mask].mean(axis=0) - reference.mean(axis=0)).max() < 2.0  # no drift in the mean
+    assert np.abs(out[mask].astype(int) - composite[mask]).mean() > 5.0  # and it did change the object
 
 
 # --- the config union and its deprecated flat keys ---------------------------------------------------
