@@ -179,8 +179,9 @@ class _RailSamples:
         """Share of rows where both rails were found."""
         return float((np.isfinite(self.left) & np.isfinite(self.right)).mean()) if self.rows.size else 0.0
 
-    def straightness(self) -> float:
-        """Share of rows where both rails lie on a straight line through their own samples.
+    def straightness(self, tolerance_px: float = 2.0) -> float:
+        """Share of rows where both rails lie on a straight line through their own samples,
+        within ``tolerance_px``.
 
         Used where no model is trusted yet (around Hough chords): over a short band a rail is
         straight, while peaks picked from ballast grain or a wrong-polarity map scatter.
@@ -189,7 +190,7 @@ class _RailSamples:
             return 0.0
         on_line = np.ones(self.rows.size, dtype=bool)
         for x in (self.left, self.right):
-            on_line &= _on_robust_line(self.rows, x)
+            on_line &= _on_robust_line(self.rows, x, tolerance_px)
         return float(on_line.mean())
 
     def joined(self, other: _RailSamples) -> _RailSamples:
@@ -651,7 +652,11 @@ def _measure_band(frame: _Frame, model: _PairModel, rows: np.ndarray, window: fl
     Near rails show bright polished heads; far ones, on a light bed, often only their dark sides.
     """
     def agreement(band: _RailSamples) -> float:
-        return float(model.inlier_rows(band).mean()) if trust_model else band.straightness()
+        if trust_model:
+            return float(model.inlier_rows(band).mean())
+        # Samples anywhere on a rail's head are on the rail (under infrared the peak hops between
+        # the head's two dark edges): the pair model's own tolerance, at the band's middle row.
+        return band.straightness(float(np.median(model.residual_scale(rows))))
 
     # A new band mostly shows the rails as the rows measured so far did (``samples_dark``: in
     # dark lines): that polarity first, the other only when the first leaves rows unexplained.

@@ -14,6 +14,7 @@ import pytest
 from synrail.rail import detect
 from synrail.rail.detect import TrackDetection, detect_track
 from synrail.rail.estimate import SegmentationModelTrack, estimate_geometry, refine_with_segmenter, track_prompt
+from synrail.rail.geometry import CameraGeometry
 from synrail.segment.base import MaskResult, Prompt
 from synrail.sources.procedural_backgrounds import BackgroundSpec, render_background, sample_background_spec
 
@@ -189,6 +190,39 @@ def test_dark_low_contrast_rails_are_found(case: tuple[int, str, float]) -> None
     result = detect_track(night_infrared(image, case[0]))
     assert result.detection is not None, result.reason
     assert_covers_truth(spec, result.detection, min_reach_m=20.0)  # grain hides the farthest rails
+
+
+def double_edged_infrared(geometry: CameraGeometry, seed: int) -> np.ndarray:
+    """A light, grainy infrared frame whose rail heads show as dark bands with one edge darker
+    still, which edge changing from row to row at random (as on loco CCTV at night)."""
+    rng = np.random.default_rng(seed)
+    grey = rng.normal(150, 4, (HEIGHT, WIDTH))
+    rows = np.arange(math.ceil(geometry.horizon_v()) + 2, HEIGHT, dtype=np.float64)
+    _, z = geometry.ground_point(np.full(rows.size, geometry.cx), rows)
+    centre = geometry.track_centre_x(z)
+    darker = rng.integers(0, 2, rows.size)  # which edge of each head is the darker one on a row
+    for side in (-1, 1):
+        edges = [np.round(geometry.project(centre + side * geometry.gauge_m / 2 + edge * geometry.rail_head_m / 2,
+                                           np.zeros(rows.size), z)[0]).astype(int) for edge in (-1, 1)]
+        for i, row in enumerate(rows.astype(int)):
+            first, last = np.clip([edges[0][i], edges[1][i]], 0, WIDTH - 2)
+            grey[row, first:last + 2] -= 40  # the head: a dark band
+            grey[row, (first, last)[darker[i]]] -= 30  # ... one of its edges darker still
+    return np.clip(grey, 0, 255).astype(np.uint8)
+
+
+def test_rails_whose_darkest_edge_hops_are_found() -> None:
+    """Under infrared a head often shows as a dark band whose darkest line changes sides from
+    row to row: the samples hop by a head width, which must not count against the rail."""
+    # A narrow lens looking down: near heads over ten pixels wide, as on a 1280 px CCTV frame.
+    geometry = CameraGeometry.from_fov(WIDTH, HEIGHT, hfov_deg=35.0, height_m=2.2, pitch_deg=8.0)
+    result = detect_track(double_edged_infrared(geometry, 0))
+    assert result.detection is not None, result.reason
+    truth = geometry.track_mask()
+    covered = np.zeros_like(truth)
+    covered[result.detection.top_row:] = True
+    assert iou(result.detection.mask, truth & covered) > 0.9
+    assert result.detection.top_row < geometry.horizon_v() + 0.3 * (HEIGHT - geometry.horizon_v())
 
 
 def test_a_grey_frame_with_burnt_in_text_is_found() -> None:
