@@ -46,6 +46,7 @@ NO_RAIL_PAIR = "no converging rail pair"
 PAIR_NOT_SUPPORTED = "rail pair not supported by the image"
 RAILS_NOT_AT_BOTTOM = "rails do not reach the bottom of the image"
 TRACK_OCCLUDED = "track occluded"
+PAIR_OFF_CENTRE = "rail pair not under the camera"
 
 MIN_GAP_PX = 4.0             # closer than this the two rails are no longer resolvable
 GAP_SLOPE_RANGE = (0.28, 1.3)  # d(gap)/d(row) = (gauge + head) cos(pitch) / camera height: 1.15-5.4 m
@@ -61,6 +62,12 @@ _GROWTH = 0.75               # each refinement step reaches rows with t 25 % sma
 _PAIR_SUPPORT_SHARE = 0.25   # pairs this well supported, relative to the best, are candidates
 _MAX_PAIR_TRIES = 4          # candidate pairs followed before the frame is given up
 _MIN_SUPPORT = 0.5           # share of rows in a new band where both rails must be found
+# A cab camera rides within about half a metre of the vehicle's centre line, and a curve or yaw
+# moves the nearest track centre by a tenth of a gap at most: the fitted ego centre lies within
+# this share of the gap from the image centre on the bottom row. A pair farther off is one rail
+# with an inner line (a rack, a check rail) or a neighbour's rail. (Hough chords cut curves, so
+# the candidate search allows 0.5.)
+MAX_OFF_CENTRE = 0.4
 _PRIOR_SEED_SHARE = 0.3      # a prior is followed from the lowest 30 % of the rows it covered
 # Occlusion (gap ratios, i.e. distance ratios): a run of rows without the rail pair counts inside
 # the range from this one on; at the top of the range (a shortened reach) from this one.
@@ -268,6 +275,9 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
             # The refits drifted: the final model explains too few of the rows it grew on.
             first_failure = first_failure or _NoTrack(PAIR_NOT_SUPPORTED)
             continue
+        if _off_centre(model, bottom_row, width) > MAX_OFF_CENTRE:
+            first_failure = first_failure or _NoTrack(PAIR_OFF_CENTRE)
+            continue
         return TrackResult(_detection(model, top_row, bottom_row, width, height, confidence))
     return TrackResult(None, str(first_failure))
 
@@ -288,9 +298,15 @@ def _follow_prior(frame: _Frame, prior: TrackDetection, horizon_limits: tuple[fl
     except _NoTrack:
         return None
     confidence = float(model.inlier_rows(samples).mean())
-    if confidence < _MIN_SUPPORT:
+    if confidence < _MIN_SUPPORT or _off_centre(model, bottom_row, width) > MAX_OFF_CENTRE:
         return None
     return dataclasses.replace(_detection(model, top_row, bottom_row, width, height, confidence), followed=True)
+
+
+def _off_centre(model: _PairModel, row: int, width: int) -> float:
+    """How far the pair's centre lies from the image's centre column on ``row``, in rail gaps."""
+    left, right = (float(x[0]) for x in model.predict(np.array([float(row)])))
+    return abs(0.5 * (left + right) - (width - 1) / 2) / (right - left)
 
 
 def _pair_model(detection: TrackDetection) -> _PairModel:
