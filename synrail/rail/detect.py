@@ -743,8 +743,21 @@ def _ridge_peaks(ridge: np.ndarray, predicted: np.ndarray, half_window: np.ndarr
     with np.errstate(divide="ignore", invalid="ignore"):
         shift = np.where(curvature < 0, 0.5 * (before - after) / curvature, 0.0)
     column = cols[index, best] + np.clip(shift, -0.5, 0.5)
+    column = _wide_stripe_middles(searched, best, 0.5 * (peak + level), cols[:, 0], column)
     found = (peak >= 4.0) & (peak - level >= np.maximum(3.0, 4.0 * spread))
     return np.where(found, column, np.nan)
+
+
+def _wide_stripe_middles(searched: np.ndarray, best: np.ndarray, half: np.ndarray, first_col: np.ndarray,
+                         column: np.ndarray) -> np.ndarray:
+    """Where the stripe around each row's peak is wide (over 4 px above ``half``), its middle
+    column instead of the peak's: a wide head's brightest line is often one edge (a sunlit or
+    specular side), which would put the fit off the head's centre; thin stripes keep ``column``."""
+    at = np.arange(searched.shape[1])[None, :]
+    below = searched < half[:, None]
+    first = np.where(below & (at < best[:, None]), at, -1).max(axis=1) + 1
+    last = np.where(below & (at > best[:, None]), at, searched.shape[1]).min(axis=1) - 1
+    return np.where(last - first >= 4, first_col + 0.5 * (first + last), column)
 
 
 def _row_medians(values: np.ndarray) -> np.ndarray:

@@ -221,9 +221,10 @@ def test_rails_whose_darkest_edge_hops_are_found() -> None:
     assert_covers_truth(geometry, result.detection, min_reach_m=20.0)
 
 
-def painted_lines(geometry: CameraGeometry, lateral_m: Sequence[float], seed: int) -> np.ndarray:
+def painted_lines(geometry: CameraGeometry, lateral_m: Sequence[float], seed: int, sheen: int = 0) -> np.ndarray:
     """A grainy grey frame with a bright rail-head-wide line at each lateral position (metres
-    from the track centre) along the ego track of ``geometry``."""
+    from the track centre) along the ego track of ``geometry``; ``sheen`` brightens the outer
+    two pixels of each head by that much more (a sunlit side)."""
     rng = np.random.default_rng(seed)
     grey = rng.normal(90, 4, (HEIGHT, WIDTH))
     rows = np.arange(math.ceil(geometry.horizon_v()) + 2, HEIGHT, dtype=np.float64)
@@ -235,6 +236,8 @@ def painted_lines(geometry: CameraGeometry, lateral_m: Sequence[float], seed: in
         for i, row in enumerate(rows.astype(int)):
             first, last = np.clip([edges[0][i], edges[1][i]], 0, WIDTH - 1)
             grey[row, first:last + 1] += 80
+            outer = slice(first, first + 2) if lateral < 0 else slice(last - 1, last + 1)
+            grey[row, outer] += sheen
     return np.clip(grey, 0, 255).astype(np.uint8)
 
 
@@ -263,6 +266,22 @@ def test_a_camera_half_a_metre_off_the_centre_line_still_finds_its_track() -> No
     result = detect_track(painted_lines(camera, (-camera.gauge_m / 2, camera.gauge_m / 2), 0))
     assert result.detection is not None, result.reason
     assert_covers_truth(camera, result.detection)
+
+
+def test_wide_heads_are_fitted_on_their_middle_not_their_brightest_side() -> None:
+    """Near rails of a high-resolution frame are many pixels wide and often brightest on one side:
+    the fit follows the head's middle (the gauge is measured between head centres)."""
+    camera = CameraGeometry.from_fov(WIDTH, HEIGHT, hfov_deg=35.0, height_m=2.2, pitch_deg=8.0)
+    result = detect_track(painted_lines(camera, (-camera.gauge_m / 2, camera.gauge_m / 2), 0, sheen=60))
+    assert result.detection is not None, result.reason
+    rows = np.arange(HEIGHT - 60, HEIGHT, dtype=np.float64)
+    _, z = camera.ground_point(np.full(rows.size, camera.cx), rows)
+    for side, fit in ((-1, result.detection.left_fit), (1, result.detection.right_fit)):
+        true_x, _ = camera.project(camera.track_centre_x(z) + side * camera.gauge_m / 2, np.zeros(rows.size), z)
+        head_px = float(np.median(camera.project(np.full(rows.size, camera.rail_head_m), np.zeros(rows.size), z)[0]
+                                  - camera.cx))
+        assert head_px > 8  # wide enough that its sides are far from its middle
+        assert np.median(np.abs(fit.x(rows) - true_x)) < 0.2 * head_px
 
 
 def test_a_grey_frame_with_burnt_in_text_is_found() -> None:
