@@ -74,6 +74,15 @@ _PRIOR_SEED_SHARE = 0.3      # a prior is followed from the lowest 30 % of the r
 _OCCLUSION_REACH_RATIO = 1.5
 _OCCLUSION_RUN_RATIO = 1.25
 _OCCLUSION_MIN_GAP_PX = 10.0  # ... on rows where the rails are at least this far apart
+# An object standing between the rails (a person, narrower than the gauge, hides neither rail):
+# rows where the bed's middle strip differs in colour from both side strips (a sleeper, ballast
+# and a slab are alike across the bed), over a quarter more distance than the run starts at (a
+# flat thing on the bed spans less; an upright one's rows reach far beyond its foot).
+_BED_MIDDLE = 0.15          # |lateral| under this share of the gap
+_BED_SIDES = (0.28, 0.42)   # ... and the side strips, clear of the rail heads
+_BED_MIN_GAP_PX = 16.0
+_BED_CONTRAST_Z = 4.0       # robust z-score over the rows of the middle's distance to the nearer side
+_BED_SAMPLES = 48           # samples across the bed per row
 _CREST_ELEMENT = np.ones((1, 3), dtype=np.uint8)  # a stripe's crest: the row maximum over 5 columns
 
 
@@ -392,6 +401,59 @@ def track_occluded(image_bgr: np.ndarray, detection: TrackDetection, expected_ro
         if last - first >= 3 and t[first] > 0 and t[last] >= ratio * t[first]:
             return True
     return False
+
+
+def object_between_rails(image_bgr: np.ndarray, detection: TrackDetection, *,
+                         ignore_mask: np.ndarray | None = None) -> bool:
+    """Whether something stands between the rails: a run of rows where the middle of the track
+    bed differs in colour from both its sides, spanning a quarter more distance than where it
+    starts (an object's rows reach far beyond its foot; a flat thing on the bed does not).
+
+    Sleepers, ballast and slabs look alike across the bed, so the middle's distance to the nearer
+    side is small on most rows; an object's own rows stand out against that (robust z-score).
+    It misses objects wider than the middle strip is far from the rails at their height, and
+    far ones (rows under ``_BED_MIN_GAP_PX`` apart are not looked at).
+
+    Args:
+        image_bgr: the frame (BGR or grey) the detection was made on.
+        detection: its detection.
+        ignore_mask: H x W bool, True where nothing counts (rows it touches near the bed are skipped).
+
+    Returns:
+        True when the frame shows something standing between the rails.
+    """
+    model = _pair_model(detection)
+    height, width = image_bgr.shape[:2]
+    first = max(detection.top_row, int(math.ceil(model.row_at_gap(_BED_MIN_GAP_PX))))
+    bottom = height - 1 if detection.bottom_row is None else detection.bottom_row
+    rows = np.arange(first, bottom + 1)
+    if rows.size < 8:
+        return False
+    left, right = model.predict(rows.astype(np.float64))
+    centre, gap = 0.5 * (left + right), right - left
+    # The bed resampled at fixed shares of the gap across it (rows x samples), in Lab colour.
+    first_col = int(max(0, math.floor(float(np.min(left)))))
+    last_col = int(min(width - 1, math.ceil(float(np.max(right)))))
+    crop = image_bgr[first:bottom + 1, first_col:last_col + 1]
+    colour = cv2.cvtColor(crop, cv2.COLOR_BGR2Lab) if crop.ndim == 3 else crop
+    lateral = np.linspace(-_BED_SIDES[1], _BED_SIDES[1], _BED_SAMPLES)
+    map_x = (centre[:, None] + lateral[None, :] * gap[:, None] - first_col).astype(np.float32)
+    map_y = np.repeat(np.arange(rows.size, dtype=np.float32)[:, None], _BED_SAMPLES, axis=1)
+    bed = cv2.remap(colour, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE).astype(np.float32)
+    bed = bed.reshape(rows.size, _BED_SAMPLES, -1)
+    middle = np.median(bed[:, np.abs(lateral) < _BED_MIDDLE], axis=1)
+    sides = [np.median(bed[:, (side * lateral >= _BED_SIDES[0])], axis=1) for side in (-1, 1)]
+    distance = np.minimum(*(np.linalg.norm(middle - side, axis=1) for side in sides))
+    level = float(np.median(distance))
+    z = (distance - level) / (1.4826 * float(np.median(np.abs(distance - level))) + 1.0)
+    flagged = z > _BED_CONTRAST_Z
+    if ignore_mask is not None:
+        flagged &= ~ignore_mask[first:bottom + 1, first_col:last_col + 1].any(axis=1)
+    flagged = cv2.morphologyEx(flagged.astype(np.uint8)[:, None], cv2.MORPH_CLOSE,
+                               np.ones((3, 1), np.uint8))[:, 0].astype(bool)
+    t = rows - model.horizon_v
+    return any(last - first_run >= 4 and t[last] >= _OCCLUSION_RUN_RATIO * t[first_run]
+               for first_run, last in _runs(flagged))
 
 
 def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
