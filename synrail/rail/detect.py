@@ -47,6 +47,7 @@ PAIR_NOT_SUPPORTED = "rail pair not supported by the image"
 RAILS_NOT_AT_BOTTOM = "rails do not reach the bottom of the image"
 TRACK_OCCLUDED = "track occluded"
 PAIR_OFF_CENTRE = "rail pair not under the camera"
+RAIL_INSIDE_PAIR = "a rail runs between the pair"
 
 MIN_GAP_PX = 4.0             # closer than this the two rails are no longer resolvable
 GAP_SLOPE_RANGE = (0.28, 1.3)  # d(gap)/d(row) = (gauge + head) cos(pitch) / camera height: 1.15-5.4 m
@@ -68,6 +69,13 @@ _MIN_SUPPORT = 0.5           # share of rows in a new band where both rails must
 # with an inner line (a rack, a check rail) or a neighbour's rail. (Hough chords cut curves, so
 # the candidate search allows 0.5.)
 MAX_OFF_CENTRE = 0.4
+# A pair made of the ego's rail and a neighbour's encloses the ego's other rail: a line that runs
+# parallel to the pair (on the ground) between them, a share 0.15-0.6 of the half gap from the
+# pair's centre on this many of the rows. A rack (at the centre) and check rails (beside each
+# rail) lie outside that band.
+_INSIDE_BAND = (0.15, 0.6)
+_INSIDE_SUPPORT = 0.6
+_INSIDE_BINS = np.linspace(-0.7, 0.7, 113)  # positions across the pair, in half gaps from its centre
 _PRIOR_SEED_SHARE = 0.3      # a prior is followed from the lowest 30 % of the rows it covered
 # Occlusion (gap ratios, i.e. distance ratios): a run of rows without the rail pair counts inside
 # the range from this one on; at the top of the range (a shortened reach) from this one.
@@ -287,6 +295,9 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
         if _off_centre(model, bottom_row, width) > MAX_OFF_CENTRE:
             first_failure = first_failure or _NoTrack(PAIR_OFF_CENTRE)
             continue
+        if _rail_inside(frame, model, top_row, bottom_row):
+            first_failure = first_failure or _NoTrack(RAIL_INSIDE_PAIR)
+            continue
         return TrackResult(_detection(model, top_row, bottom_row, width, height, confidence))
     return TrackResult(None, str(first_failure))
 
@@ -307,7 +318,8 @@ def _follow_prior(frame: _Frame, prior: TrackDetection, horizon_limits: tuple[fl
     except _NoTrack:
         return None
     confidence = float(model.inlier_rows(samples).mean())
-    if confidence < _MIN_SUPPORT or _off_centre(model, bottom_row, width) > MAX_OFF_CENTRE:
+    if (confidence < _MIN_SUPPORT or _off_centre(model, bottom_row, width) > MAX_OFF_CENTRE
+            or _rail_inside(frame, model, top_row, bottom_row)):
         return None
     return dataclasses.replace(_detection(model, top_row, bottom_row, width, height, confidence), followed=True)
 
@@ -316,6 +328,40 @@ def _off_centre(model: _PairModel, row: int, width: int) -> float:
     """How far the pair's centre lies from the image's centre column on ``row``, in rail gaps."""
     left, right = (float(x[0]) for x in model.predict(np.array([float(row)])))
     return abs(0.5 * (left + right) - (width - 1) / 2) / (right - left)
+
+
+def _rail_inside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: int) -> bool:
+    """Whether a rail-like line runs between the pair, parallel to it, in ``_INSIDE_BAND``.
+
+    Each row's ridge map (either polarity) is sampled at fixed positions across the pair; a line
+    on the ground parallel to the rails keeps its position there from row to row.
+    """
+    # Every other row: a rail's support is a share of rows, and this halves the top-hats.
+    rows = np.arange(max(top_row, int(math.ceil(model.row_at_gap(4 * MIN_GAP_PX)))), bottom_row + 1, 2,
+                     dtype=np.float64)
+    if rows.size < 8:
+        return False
+    t = rows - model.horizon_v
+    centre = model.a + model.b * t + model.c / t
+    columns = centre[:, None] + _INSIDE_BINS[None, :] * (model.d * t)[:, None]
+    kernels = np.maximum(3, 2 * model.d * t * _TOPHAT_PER_GAP)
+    band = (np.abs(_INSIDE_BINS) >= _INSIDE_BAND[0]) & (np.abs(_INSIDE_BINS) <= _INSIDE_BAND[1])
+    for bright in (True, False):
+        ridge = _row_tophat(frame.grey, rows.astype(np.int64), kernels, bright).astype(np.float32)
+        if frame.keep is not None:
+            ridge = _masked(ridge, frame.keep[rows.astype(np.int64)]).astype(np.float32)
+        samples = cv2.remap(ridge, columns.astype(np.float32),
+                            np.repeat(np.arange(rows.size, dtype=np.float32)[:, None], columns.shape[1], axis=1),
+                            cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+        level = np.median(samples, axis=1, keepdims=True)
+        spread = np.median(np.abs(samples - level), axis=1, keepdims=True)
+        crest = samples >= cv2.dilate(samples, np.ones((1, 5), np.uint8))
+        peak = crest & (samples - level >= np.maximum(3.0, 4 * spread))
+        # A peak within a bin either side counts for the line (the fit is not exact).
+        support = cv2.dilate(peak.astype(np.uint8), np.ones((1, 3), np.uint8)).mean(axis=0)
+        if (support[band] >= _INSIDE_SUPPORT).any():
+            return True
+    return False
 
 
 def _pair_model(detection: TrackDetection) -> _PairModel:

@@ -261,6 +261,21 @@ def test_a_rail_and_a_rack_without_the_other_rail_are_refused() -> None:
     assert result.detection is None and result.reason == detect.PAIR_OFF_CENTRE
 
 
+def test_a_pair_enclosing_a_rail_is_not_taken_for_the_ego_track() -> None:
+    """A high CCTV camera: the ego's left rail and the near rail of the next track make a pair
+    that passes every other check (the next frame of a sequence is led to it when the ego's right
+    rail hid in the last one). It encloses a rail running parallel between its rails: no track."""
+    camera = CameraGeometry.from_fov(WIDTH, HEIGHT, hfov_deg=60.0, height_m=3.4, pitch_deg=10.0)
+    half = camera.gauge_m / 2
+    neighbour = (half + 2.2, 3 * half + 2.2)
+    wrong = detect_track(painted_lines(camera, (-half, neighbour[0]), 0)).detection
+    assert wrong is not None  # without the ego's right rail, the outer pair is taken
+    result = detect_track(painted_lines(camera, (-half, half, *neighbour), 0), prior=wrong)
+    assert result.detection is not None, result.reason
+    assert not result.detection.followed
+    assert_covers_truth(camera, result.detection)
+
+
 def test_a_camera_half_a_metre_off_the_centre_line_still_finds_its_track() -> None:
     camera = RACK_CAMERA.model_copy(update={"track_offset_m": 0.45})
     result = detect_track(painted_lines(camera, (-camera.gauge_m / 2, camera.gauge_m / 2), 0))
