@@ -75,7 +75,8 @@ MAX_OFF_CENTRE = 0.4
 # rail) lie outside that band.
 _INSIDE_BAND = (0.15, 0.6)
 _INSIDE_SUPPORT = 0.6
-_INSIDE_BINS = np.linspace(-0.7, 0.7, 113)  # positions across the pair, in half gaps from its centre
+_INSIDE_STRENGTH = 0.5      # ... standing out at least half as much as the pair's weaker rail
+_INSIDE_BINS = np.linspace(-1.05, 1.05, 169)  # positions across the pair, in half gaps from its centre
 _PRIOR_SEED_SHARE = 0.3      # a prior is followed from the lowest 30 % of the rows it covered
 # Occlusion (gap ratios, i.e. distance ratios): a run of rows without the rail pair counts inside
 # the range from this one on; at the top of the range (a shortened reach) from this one.
@@ -359,7 +360,11 @@ def _rail_inside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: int
         peak = crest & (samples - level >= np.maximum(3.0, 4 * spread))
         # A peak within a bin either side counts for the line (the fit is not exact).
         support = cv2.dilate(peak.astype(np.uint8), np.ones((1, 3), np.uint8)).mean(axis=0)
-        if (support[band] >= _INSIDE_SUPPORT).any():
+        # ... and it must stand out about as much as the pair's own rails do in this polarity
+        # (motion blur streaks the bed along the same lines, but faintly).
+        strength = np.median(samples - level, axis=0)
+        rails = min(float(strength[np.abs(_INSIDE_BINS + side) <= 0.05].max()) for side in (-1, 1))
+        if (band & (support >= _INSIDE_SUPPORT) & (strength >= _INSIDE_STRENGTH * rails)).any():
             return True
     return False
 

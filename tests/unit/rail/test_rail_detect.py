@@ -221,21 +221,23 @@ def test_rails_whose_darkest_edge_hops_are_found() -> None:
     assert_covers_truth(geometry, result.detection, min_reach_m=20.0)
 
 
-def painted_lines(geometry: CameraGeometry, lateral_m: Sequence[float], seed: int, sheen: int = 0) -> np.ndarray:
+def painted_lines(geometry: CameraGeometry, lateral_m: Sequence[float], seed: int, sheen: int = 0,
+                  faint: Sequence[float] = ()) -> np.ndarray:
     """A grainy grey frame with a bright rail-head-wide line at each lateral position (metres
     from the track centre) along the ego track of ``geometry``; ``sheen`` brightens the outer
-    two pixels of each head by that much more (a sunlit side)."""
+    two pixels of each head by that much more (a sunlit side); lines at ``faint`` positions are
+    a seventh as bright (a streak of motion blur)."""
     rng = np.random.default_rng(seed)
     grey = rng.normal(90, 4, (HEIGHT, WIDTH))
     rows = np.arange(math.ceil(geometry.horizon_v()) + 2, HEIGHT, dtype=np.float64)
     _, z = geometry.ground_point(np.full(rows.size, geometry.cx), rows)
     centre = geometry.track_centre_x(z)
-    for lateral in lateral_m:
+    for lateral in (*lateral_m, *faint):
         edges = [np.round(geometry.project(centre + lateral + edge * geometry.rail_head_m / 2, np.zeros(rows.size),
                                            z)[0]).astype(int) for edge in (-1, 1)]
         for i, row in enumerate(rows.astype(int)):
             first, last = np.clip([edges[0][i], edges[1][i]], 0, WIDTH - 1)
-            grey[row, first:last + 1] += 80
+            grey[row, first:last + 1] += 12 if lateral in faint else 80
             outer = slice(first, first + 2) if lateral < 0 else slice(last - 1, last + 1)
             grey[row, outer] += sheen
     return np.clip(grey, 0, 255).astype(np.uint8)
@@ -273,6 +275,16 @@ def test_a_pair_enclosing_a_rail_is_not_taken_for_the_ego_track() -> None:
     result = detect_track(painted_lines(camera, (-half, half, *neighbour), 0), prior=wrong)
     assert result.detection is not None, result.reason
     assert not result.detection.followed
+    assert_covers_truth(camera, result.detection)
+
+
+def test_a_faint_streak_between_the_rails_is_no_rail() -> None:
+    """Motion blur streaks the bed along lines parallel to the rails, but faintly: no reason to
+    refuse the pair."""
+    camera = CameraGeometry.from_fov(WIDTH, HEIGHT, hfov_deg=60.0, height_m=3.4, pitch_deg=10.0)
+    half = camera.gauge_m / 2
+    result = detect_track(painted_lines(camera, (-half, half), 0, faint=(0.5 * half,)))
+    assert result.detection is not None, result.reason
     assert_covers_truth(camera, result.detection)
 
 
