@@ -46,6 +46,8 @@ NO_RAIL_PAIR = "no converging rail pair"
 PAIR_NOT_SUPPORTED = "rail pair not supported by the image"
 RAILS_NOT_AT_BOTTOM = "rails do not reach the bottom of the image"
 TRACK_OCCLUDED = "track occluded"
+PAIR_OFF_CENTRE = "rail pair not under the camera"
+RAIL_INSIDE_PAIR = "a rail runs between the pair"
 
 MIN_GAP_PX = 4.0             # closer than this the two rails are no longer resolvable
 GAP_SLOPE_RANGE = (0.28, 1.3)  # d(gap)/d(row) = (gauge + head) cos(pitch) / camera height: 1.15-5.4 m
@@ -61,12 +63,35 @@ _GROWTH = 0.75               # each refinement step reaches rows with t 25 % sma
 _PAIR_SUPPORT_SHARE = 0.25   # pairs this well supported, relative to the best, are candidates
 _MAX_PAIR_TRIES = 4          # candidate pairs followed before the frame is given up
 _MIN_SUPPORT = 0.5           # share of rows in a new band where both rails must be found
+# A cab camera rides within about half a metre of the vehicle's centre line, and a curve or yaw
+# moves the nearest track centre by a tenth of a gap at most: the fitted ego centre lies within
+# this share of the gap from the image centre on the bottom row. A pair farther off is one rail
+# with an inner line (a rack, a check rail) or a neighbour's rail. (Hough chords cut curves, so
+# the candidate search allows 0.5.)
+MAX_OFF_CENTRE = 0.4
+# A pair made of the ego's rail and a neighbour's encloses the ego's other rail: a line that runs
+# parallel to the pair (on the ground) between them, a share 0.15-0.6 of the half gap from the
+# pair's centre on this many of the rows. A rack (at the centre) and check rails (beside each
+# rail) lie outside that band.
+_INSIDE_BAND = (0.15, 0.6)
+_INSIDE_SUPPORT = 0.6
+_INSIDE_STRENGTH = 0.5      # ... standing out at least half as much as the pair's weaker rail
+_INSIDE_BINS = np.linspace(-1.05, 1.05, 169)  # positions across the pair, in half gaps from its centre
 _PRIOR_SEED_SHARE = 0.3      # a prior is followed from the lowest 30 % of the rows it covered
 # Occlusion (gap ratios, i.e. distance ratios): a run of rows without the rail pair counts inside
 # the range from this one on; at the top of the range (a shortened reach) from this one.
 _OCCLUSION_REACH_RATIO = 1.5
 _OCCLUSION_RUN_RATIO = 1.25
 _OCCLUSION_MIN_GAP_PX = 10.0  # ... on rows where the rails are at least this far apart
+# An object standing between the rails (a person, narrower than the gauge, hides neither rail):
+# rows where the bed's middle strip differs in colour from both side strips (a sleeper, ballast
+# and a slab are alike across the bed), over a quarter more distance than the run starts at (a
+# flat thing on the bed spans less; an upright one's rows reach far beyond its foot).
+_BED_MIDDLE = 0.15          # |lateral| under this share of the gap
+_BED_SIDES = (0.28, 0.42)   # ... and the side strips, clear of the rail heads
+_BED_MIN_GAP_PX = 16.0
+_BED_CONTRAST_Z = 4.0       # robust z-score over the rows of the middle's distance to the nearer side
+_BED_SAMPLES = 48           # samples across the bed per row
 _CREST_ELEMENT = np.ones((1, 3), dtype=np.uint8)  # a stripe's crest: the row maximum over 5 columns
 
 
@@ -179,8 +204,9 @@ class _RailSamples:
         """Share of rows where both rails were found."""
         return float((np.isfinite(self.left) & np.isfinite(self.right)).mean()) if self.rows.size else 0.0
 
-    def straightness(self) -> float:
-        """Share of rows where both rails lie on a straight line through their own samples.
+    def straightness(self, tolerance_px: float = 2.0) -> float:
+        """Share of rows where both rails lie on a straight line through their own samples,
+        within ``tolerance_px``.
 
         Used where no model is trusted yet (around Hough chords): over a short band a rail is
         straight, while peaks picked from ballast grain or a wrong-polarity map scatter.
@@ -189,7 +215,7 @@ class _RailSamples:
             return 0.0
         on_line = np.ones(self.rows.size, dtype=bool)
         for x in (self.left, self.right):
-            on_line &= _on_robust_line(self.rows, x)
+            on_line &= _on_robust_line(self.rows, x, tolerance_px)
         return float(on_line.mean())
 
     def joined(self, other: _RailSamples) -> _RailSamples:
@@ -267,6 +293,12 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
             # The refits drifted: the final model explains too few of the rows it grew on.
             first_failure = first_failure or _NoTrack(PAIR_NOT_SUPPORTED)
             continue
+        if _off_centre(model, bottom_row, width) > MAX_OFF_CENTRE:
+            first_failure = first_failure or _NoTrack(PAIR_OFF_CENTRE)
+            continue
+        if _rail_inside(frame, model, top_row, bottom_row):
+            first_failure = first_failure or _NoTrack(RAIL_INSIDE_PAIR)
+            continue
         return TrackResult(_detection(model, top_row, bottom_row, width, height, confidence))
     return TrackResult(None, str(first_failure))
 
@@ -287,9 +319,54 @@ def _follow_prior(frame: _Frame, prior: TrackDetection, horizon_limits: tuple[fl
     except _NoTrack:
         return None
     confidence = float(model.inlier_rows(samples).mean())
-    if confidence < _MIN_SUPPORT:
+    if (confidence < _MIN_SUPPORT or _off_centre(model, bottom_row, width) > MAX_OFF_CENTRE
+            or _rail_inside(frame, model, top_row, bottom_row)):
         return None
     return dataclasses.replace(_detection(model, top_row, bottom_row, width, height, confidence), followed=True)
+
+
+def _off_centre(model: _PairModel, row: int, width: int) -> float:
+    """How far the pair's centre lies from the image's centre column on ``row``, in rail gaps."""
+    left, right = (float(x[0]) for x in model.predict(np.array([float(row)])))
+    return abs(0.5 * (left + right) - (width - 1) / 2) / (right - left)
+
+
+def _rail_inside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: int) -> bool:
+    """Whether a rail-like line runs between the pair, parallel to it, in ``_INSIDE_BAND``.
+
+    Each row's ridge map (either polarity) is sampled at fixed positions across the pair; a line
+    on the ground parallel to the rails keeps its position there from row to row.
+    """
+    # Every other row: a rail's support is a share of rows, and this halves the top-hats.
+    rows = np.arange(max(top_row, int(math.ceil(model.row_at_gap(4 * MIN_GAP_PX)))), bottom_row + 1, 2,
+                     dtype=np.float64)
+    if rows.size < 8:
+        return False
+    t = rows - model.horizon_v
+    centre = model.a + model.b * t + model.c / t
+    columns = centre[:, None] + _INSIDE_BINS[None, :] * (model.d * t)[:, None]
+    kernels = np.maximum(3, 2 * model.d * t * _TOPHAT_PER_GAP)
+    band = (np.abs(_INSIDE_BINS) >= _INSIDE_BAND[0]) & (np.abs(_INSIDE_BINS) <= _INSIDE_BAND[1])
+    for bright in (True, False):
+        ridge = _row_tophat(frame.grey, rows.astype(np.int64), kernels, bright).astype(np.float32)
+        if frame.keep is not None:
+            ridge = _masked(ridge, frame.keep[rows.astype(np.int64)]).astype(np.float32)
+        samples = cv2.remap(ridge, columns.astype(np.float32),
+                            np.repeat(np.arange(rows.size, dtype=np.float32)[:, None], columns.shape[1], axis=1),
+                            cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+        level = np.median(samples, axis=1, keepdims=True)
+        spread = np.median(np.abs(samples - level), axis=1, keepdims=True)
+        crest = samples >= cv2.dilate(samples, np.ones((1, 5), np.uint8))
+        peak = crest & (samples - level >= np.maximum(3.0, 4 * spread))
+        # A peak within a bin either side counts for the line (the fit is not exact).
+        support = cv2.dilate(peak.astype(np.uint8), np.ones((1, 3), np.uint8)).mean(axis=0)
+        # ... and it must stand out about as much as the pair's own rails do in this polarity
+        # (motion blur streaks the bed along the same lines, but faintly).
+        strength = np.median(samples - level, axis=0)
+        rails = min(float(strength[np.abs(_INSIDE_BINS + side) <= 0.05].max()) for side in (-1, 1))
+        if (band & (support >= _INSIDE_SUPPORT) & (strength >= _INSIDE_STRENGTH * rails)).any():
+            return True
+    return False
 
 
 def _pair_model(detection: TrackDetection) -> _PairModel:
@@ -375,6 +452,59 @@ def track_occluded(image_bgr: np.ndarray, detection: TrackDetection, expected_ro
         if last - first >= 3 and t[first] > 0 and t[last] >= ratio * t[first]:
             return True
     return False
+
+
+def object_between_rails(image_bgr: np.ndarray, detection: TrackDetection, *,
+                         ignore_mask: np.ndarray | None = None) -> bool:
+    """Whether something stands between the rails: a run of rows where the middle of the track
+    bed differs in colour from both its sides, spanning a quarter more distance than where it
+    starts (an object's rows reach far beyond its foot; a flat thing on the bed does not).
+
+    Sleepers, ballast and slabs look alike across the bed, so the middle's distance to the nearer
+    side is small on most rows; an object's own rows stand out against that (robust z-score).
+    It misses objects wider than the middle strip is far from the rails at their height, and
+    far ones (rows under ``_BED_MIN_GAP_PX`` apart are not looked at).
+
+    Args:
+        image_bgr: the frame (BGR or grey) the detection was made on.
+        detection: its detection.
+        ignore_mask: H x W bool, True where nothing counts (rows it touches near the bed are skipped).
+
+    Returns:
+        True when the frame shows something standing between the rails.
+    """
+    model = _pair_model(detection)
+    height, width = image_bgr.shape[:2]
+    first = max(detection.top_row, int(math.ceil(model.row_at_gap(_BED_MIN_GAP_PX))))
+    bottom = height - 1 if detection.bottom_row is None else detection.bottom_row
+    rows = np.arange(first, bottom + 1)
+    if rows.size < 8:
+        return False
+    left, right = model.predict(rows.astype(np.float64))
+    centre, gap = 0.5 * (left + right), right - left
+    # The bed resampled at fixed shares of the gap across it (rows x samples), in Lab colour.
+    first_col = int(max(0, math.floor(float(np.min(left)))))
+    last_col = int(min(width - 1, math.ceil(float(np.max(right)))))
+    crop = image_bgr[first:bottom + 1, first_col:last_col + 1]
+    colour = cv2.cvtColor(crop, cv2.COLOR_BGR2Lab) if crop.ndim == 3 else crop
+    lateral = np.linspace(-_BED_SIDES[1], _BED_SIDES[1], _BED_SAMPLES)
+    map_x = (centre[:, None] + lateral[None, :] * gap[:, None] - first_col).astype(np.float32)
+    map_y = np.repeat(np.arange(rows.size, dtype=np.float32)[:, None], _BED_SAMPLES, axis=1)
+    bed = cv2.remap(colour, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE).astype(np.float32)
+    bed = bed.reshape(rows.size, _BED_SAMPLES, -1)
+    middle = np.median(bed[:, np.abs(lateral) < _BED_MIDDLE], axis=1)
+    sides = [np.median(bed[:, (side * lateral >= _BED_SIDES[0])], axis=1) for side in (-1, 1)]
+    distance = np.minimum(*(np.linalg.norm(middle - side, axis=1) for side in sides))
+    level = float(np.median(distance))
+    z = (distance - level) / (1.4826 * float(np.median(np.abs(distance - level))) + 1.0)
+    flagged = z > _BED_CONTRAST_Z
+    if ignore_mask is not None:
+        flagged &= ~ignore_mask[first:bottom + 1, first_col:last_col + 1].any(axis=1)
+    flagged = cv2.morphologyEx(flagged.astype(np.uint8)[:, None], cv2.MORPH_CLOSE,
+                               np.ones((3, 1), np.uint8))[:, 0].astype(bool)
+    t = rows - model.horizon_v
+    return any(last - first_run >= 4 and t[last] >= _OCCLUSION_RUN_RATIO * t[first_run]
+               for first_run, last in _runs(flagged))
 
 
 def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
@@ -651,7 +781,11 @@ def _measure_band(frame: _Frame, model: _PairModel, rows: np.ndarray, window: fl
     Near rails show bright polished heads; far ones, on a light bed, often only their dark sides.
     """
     def agreement(band: _RailSamples) -> float:
-        return float(model.inlier_rows(band).mean()) if trust_model else band.straightness()
+        if trust_model:
+            return float(model.inlier_rows(band).mean())
+        # Samples anywhere on a rail's head are on the rail (under infrared the peak hops between
+        # the head's two dark edges): the pair model's own tolerance, at the band's middle row.
+        return band.straightness(float(np.median(model.residual_scale(rows))))
 
     # A new band mostly shows the rails as the rows measured so far did (``samples_dark``: in
     # dark lines): that polarity first, the other only when the first leaves rows unexplained.
@@ -722,8 +856,21 @@ def _ridge_peaks(ridge: np.ndarray, predicted: np.ndarray, half_window: np.ndarr
     with np.errstate(divide="ignore", invalid="ignore"):
         shift = np.where(curvature < 0, 0.5 * (before - after) / curvature, 0.0)
     column = cols[index, best] + np.clip(shift, -0.5, 0.5)
+    column = _wide_stripe_middles(searched, best, 0.5 * (peak + level), cols[:, 0], column)
     found = (peak >= 4.0) & (peak - level >= np.maximum(3.0, 4.0 * spread))
     return np.where(found, column, np.nan)
+
+
+def _wide_stripe_middles(searched: np.ndarray, best: np.ndarray, half: np.ndarray, first_col: np.ndarray,
+                         column: np.ndarray) -> np.ndarray:
+    """Where the stripe around each row's peak is wide (over 4 px above ``half``), its middle
+    column instead of the peak's: a wide head's brightest line is often one edge (a sunlit or
+    specular side), which would put the fit off the head's centre; thin stripes keep ``column``."""
+    at = np.arange(searched.shape[1])[None, :]
+    below = searched < half[:, None]
+    first = np.where(below & (at < best[:, None]), at, -1).max(axis=1) + 1
+    last = np.where(below & (at > best[:, None]), at, searched.shape[1]).min(axis=1) - 1
+    return np.where(last - first >= 4, first_col + 0.5 * (first + last), column)
 
 
 def _row_medians(values: np.ndarray) -> np.ndarray:

@@ -29,6 +29,7 @@ from synrail.rail.detect import (
     TrackDetection,
     TrackResult,
     detect_track,
+    object_between_rails,
     rail_pair_rows,
     track_occluded,
 )
@@ -75,7 +76,8 @@ class RailFollower:
 
     Each frame is searched with the last fit as the prior (``detect_track`` falls back to the
     full search when the rails are not where it leads). A frame where both rails vanish over a
-    stretch of the rows where the last clear frame showed them is refused with
+    stretch of the rows where the last clear frame showed them, or where something stands
+    between them (``object_between_rails``; that needs no earlier frame), is refused with
     ``TRACK_OCCLUDED``: something stands on the track. Its fit still seeds the next frame, but
     the rows where the rails are expected stay the clear frame's. A frame without a track ends
     the stretch.
@@ -103,8 +105,9 @@ class RailFollower:
             self._prior = self._expected = None
             return result
         self._prior = detection
-        if self._expected is not None and track_occluded(image_bgr, detection, self._expected,
-                                                         ignore_mask=ignore_mask):
+        if object_between_rails(image_bgr, detection, ignore_mask=ignore_mask) or (
+                self._expected is not None and track_occluded(image_bgr, detection, self._expected,
+                                                              ignore_mask=ignore_mask)):
             return TrackResult(None, TRACK_OCCLUDED)
         self._expected = rail_pair_rows(image_bgr, detection, ignore_mask=ignore_mask)
         return result

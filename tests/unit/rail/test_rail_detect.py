@@ -14,6 +14,7 @@ import pytest
 from synrail.rail import detect
 from synrail.rail.detect import TrackDetection, detect_track
 from synrail.rail.estimate import SegmentationModelTrack, estimate_geometry, refine_with_segmenter, track_prompt
+from synrail.rail.geometry import CameraGeometry
 from synrail.segment.base import MaskResult, Prompt
 from synrail.sources.procedural_backgrounds import BackgroundSpec, render_background, sample_background_spec
 
@@ -134,14 +135,14 @@ def with_hood(image: np.ndarray) -> np.ndarray:
     return hood
 
 
-def assert_covers_truth(spec: BackgroundSpec, detection: TrackDetection, last_row: int = HEIGHT - 1,
+def assert_covers_truth(geometry: CameraGeometry, detection: TrackDetection, last_row: int = HEIGHT - 1,
                         min_reach_m: float = 30.0) -> None:
     """The detection's mask matches the true track area on the rows it covers, far enough."""
-    truth = spec.geometry.track_mask()
+    truth = geometry.track_mask()
     covered = np.zeros_like(truth)
     covered[detection.top_row:last_row + 1] = True
     assert iou(detection.mask, truth & covered) > 0.9
-    _, z_top = spec.geometry.ground_point(np.array([spec.geometry.cx]), np.array([float(detection.top_row)]))
+    _, z_top = geometry.ground_point(np.array([geometry.cx]), np.array([float(detection.top_row)]))
     assert z_top[0] > min_reach_m
 
 
@@ -151,7 +152,7 @@ def test_rails_ending_above_a_hood_are_found_down_to_its_edge() -> None:
     assert result.detection is not None, result.reason
     assert HOOD_ROW - 6 <= result.detection.bottom_row < HOOD_ROW
     assert not result.detection.mask[HOOD_ROW:].any()
-    assert_covers_truth(spec, result.detection, result.detection.bottom_row)
+    assert_covers_truth(spec.geometry, result.detection, result.detection.bottom_row)
 
 
 @pytest.mark.parametrize("how", ["bottom_ignore", "ignore_mask"])
@@ -163,7 +164,7 @@ def test_a_declared_hood_region_is_left_out(how: str) -> None:
     result = detect_track(with_hood(image), **options)
     assert result.detection is not None, result.reason
     assert result.detection.bottom_row == HOOD_ROW - 1
-    assert_covers_truth(spec, result.detection, HOOD_ROW - 1)
+    assert_covers_truth(spec.geometry, result.detection, HOOD_ROW - 1)
 
 
 def test_rails_fading_out_above_the_bottom_are_refused() -> None:
@@ -188,7 +189,126 @@ def test_dark_low_contrast_rails_are_found(case: tuple[int, str, float]) -> None
     spec, image = scene(*case)
     result = detect_track(night_infrared(image, case[0]))
     assert result.detection is not None, result.reason
-    assert_covers_truth(spec, result.detection, min_reach_m=20.0)  # grain hides the farthest rails
+    assert_covers_truth(spec.geometry, result.detection, min_reach_m=20.0)  # grain hides the farthest rails
+
+
+def double_edged_infrared(geometry: CameraGeometry, seed: int) -> np.ndarray:
+    """A light, grainy infrared frame whose rail heads show as dark bands with one edge darker
+    still, which edge changing from row to row at random (as on loco CCTV at night)."""
+    rng = np.random.default_rng(seed)
+    grey = rng.normal(150, 4, (HEIGHT, WIDTH))
+    rows = np.arange(math.ceil(geometry.horizon_v()) + 2, HEIGHT, dtype=np.float64)
+    _, z = geometry.ground_point(np.full(rows.size, geometry.cx), rows)
+    centre = geometry.track_centre_x(z)
+    darker = rng.integers(0, 2, rows.size)  # which edge of each head is the darker one on a row
+    for side in (-1, 1):
+        edges = [np.round(geometry.project(centre + side * geometry.gauge_m / 2 + edge * geometry.rail_head_m / 2,
+                                           np.zeros(rows.size), z)[0]).astype(int) for edge in (-1, 1)]
+        for i, row in enumerate(rows.astype(int)):
+            first, last = np.clip([edges[0][i], edges[1][i]], 0, WIDTH - 2)
+            grey[row, first:last + 2] -= 40  # the head: a dark band
+            grey[row, (first, last)[darker[i]]] -= 30  # ... one of its edges darker still
+    return np.clip(grey, 0, 255).astype(np.uint8)
+
+
+def test_rails_whose_darkest_edge_hops_are_found() -> None:
+    """Under infrared a head often shows as a dark band whose darkest line changes sides from
+    row to row: the samples hop by a head width, which must not count against the rail."""
+    # A narrow lens looking down: near heads over ten pixels wide, as on a 1280 px CCTV frame.
+    geometry = CameraGeometry.from_fov(WIDTH, HEIGHT, hfov_deg=35.0, height_m=2.2, pitch_deg=8.0)
+    result = detect_track(double_edged_infrared(geometry, 0))
+    assert result.detection is not None, result.reason
+    assert_covers_truth(geometry, result.detection, min_reach_m=20.0)
+
+
+def painted_lines(geometry: CameraGeometry, lateral_m: Sequence[float], seed: int, sheen: int = 0,
+                  faint: Sequence[float] = ()) -> np.ndarray:
+    """A grainy grey frame with a bright rail-head-wide line at each lateral position (metres
+    from the track centre) along the ego track of ``geometry``; ``sheen`` brightens the outer
+    two pixels of each head by that much more (a sunlit side); lines at ``faint`` positions are
+    a seventh as bright (a streak of motion blur)."""
+    rng = np.random.default_rng(seed)
+    grey = rng.normal(90, 4, (HEIGHT, WIDTH))
+    rows = np.arange(math.ceil(geometry.horizon_v()) + 2, HEIGHT, dtype=np.float64)
+    _, z = geometry.ground_point(np.full(rows.size, geometry.cx), rows)
+    centre = geometry.track_centre_x(z)
+    for lateral in (*lateral_m, *faint):
+        edges = [np.round(geometry.project(centre + lateral + edge * geometry.rail_head_m / 2, np.zeros(rows.size),
+                                           z)[0]).astype(int) for edge in (-1, 1)]
+        for i, row in enumerate(rows.astype(int)):
+            first, last = np.clip([edges[0][i], edges[1][i]], 0, WIDTH - 1)
+            grey[row, first:last + 1] += 12 if lateral in faint else 80
+            outer = slice(first, first + 2) if lateral < 0 else slice(last - 1, last + 1)
+            grey[row, outer] += sheen
+    return np.clip(grey, 0, 255).astype(np.uint8)
+
+
+RACK_CAMERA = CameraGeometry.from_fov(WIDTH, HEIGHT, hfov_deg=60.0, height_m=2.0, pitch_deg=3.0,
+                                      track_offset_m=-0.05)
+
+
+def test_a_rack_railway_is_found_on_its_running_rails() -> None:
+    """A rack (or a centre guard rail) between the running rails pairs with either of them into a
+    narrower 'track' half a gap off the camera's line: the running rails are the ego pair."""
+    gauge = RACK_CAMERA.gauge_m
+    result = detect_track(painted_lines(RACK_CAMERA, (-gauge / 2, 0.0, gauge / 2), 0))
+    assert result.detection is not None, result.reason
+    assert_covers_truth(RACK_CAMERA, result.detection)
+
+
+def test_a_rail_and_a_rack_without_the_other_rail_are_refused() -> None:
+    """With one running rail hidden, the rack and the other rail are no track: refused, never
+    taken for a narrow track beside the camera."""
+    result = detect_track(painted_lines(RACK_CAMERA, (0.0, RACK_CAMERA.gauge_m / 2), 0))
+    assert result.detection is None and result.reason == detect.PAIR_OFF_CENTRE
+
+
+def test_a_pair_enclosing_a_rail_is_not_taken_for_the_ego_track() -> None:
+    """A high CCTV camera: the ego's left rail and the near rail of the next track make a pair
+    that passes every other check (the next frame of a sequence is led to it when the ego's right
+    rail hid in the last one). It encloses a rail running parallel between its rails: no track."""
+    camera = CameraGeometry.from_fov(WIDTH, HEIGHT, hfov_deg=60.0, height_m=3.4, pitch_deg=10.0)
+    half = camera.gauge_m / 2
+    neighbour = (half + 2.2, 3 * half + 2.2)
+    wrong = detect_track(painted_lines(camera, (-half, neighbour[0]), 0)).detection
+    assert wrong is not None  # without the ego's right rail, the outer pair is taken
+    result = detect_track(painted_lines(camera, (-half, half, *neighbour), 0), prior=wrong)
+    assert result.detection is not None, result.reason
+    assert not result.detection.followed
+    assert_covers_truth(camera, result.detection)
+
+
+def test_a_faint_streak_between_the_rails_is_no_rail() -> None:
+    """Motion blur streaks the bed along lines parallel to the rails, but faintly: no reason to
+    refuse the pair."""
+    camera = CameraGeometry.from_fov(WIDTH, HEIGHT, hfov_deg=60.0, height_m=3.4, pitch_deg=10.0)
+    half = camera.gauge_m / 2
+    result = detect_track(painted_lines(camera, (-half, half), 0, faint=(0.5 * half,)))
+    assert result.detection is not None, result.reason
+    assert_covers_truth(camera, result.detection)
+
+
+def test_a_camera_half_a_metre_off_the_centre_line_still_finds_its_track() -> None:
+    camera = RACK_CAMERA.model_copy(update={"track_offset_m": 0.45})
+    result = detect_track(painted_lines(camera, (-camera.gauge_m / 2, camera.gauge_m / 2), 0))
+    assert result.detection is not None, result.reason
+    assert_covers_truth(camera, result.detection)
+
+
+def test_wide_heads_are_fitted_on_their_middle_not_their_brightest_side() -> None:
+    """Near rails of a high-resolution frame are many pixels wide and often brightest on one side:
+    the fit follows the head's middle (the gauge is measured between head centres)."""
+    camera = CameraGeometry.from_fov(WIDTH, HEIGHT, hfov_deg=35.0, height_m=2.2, pitch_deg=8.0)
+    result = detect_track(painted_lines(camera, (-camera.gauge_m / 2, camera.gauge_m / 2), 0, sheen=60))
+    assert result.detection is not None, result.reason
+    rows = np.arange(HEIGHT - 60, HEIGHT, dtype=np.float64)
+    _, z = camera.ground_point(np.full(rows.size, camera.cx), rows)
+    for side, fit in ((-1, result.detection.left_fit), (1, result.detection.right_fit)):
+        true_x, _ = camera.project(camera.track_centre_x(z) + side * camera.gauge_m / 2, np.zeros(rows.size), z)
+        head_px = float(np.median(camera.project(np.full(rows.size, camera.rail_head_m), np.zeros(rows.size), z)[0]
+                                  - camera.cx))
+        assert head_px > 8  # wide enough that its sides are far from its middle
+        assert np.median(np.abs(fit.x(rows) - true_x)) < 0.2 * head_px
 
 
 def test_a_grey_frame_with_burnt_in_text_is_found() -> None:
@@ -198,7 +318,7 @@ def test_a_grey_frame_with_burnt_in_text_is_found() -> None:
         cv2.putText(grey, text, (8, row), cv2.FONT_HERSHEY_SIMPLEX, 0.8, 255, 2, cv2.LINE_AA)
     result = detect_track(grey)
     assert result.detection is not None, result.reason
-    assert_covers_truth(spec, result.detection)
+    assert_covers_truth(spec.geometry, result.detection)
 
 
 def test_a_wide_lens_looking_down_is_found_without_its_field_of_view() -> None:
@@ -212,7 +332,7 @@ def test_a_wide_lens_looking_down_is_found_without_its_field_of_view() -> None:
     result = detect_track(render_background(spec))
     assert result.detection is not None, result.reason
     assert abs(result.detection.horizon_v - spec.geometry.horizon_v()) < 0.03 * HEIGHT
-    assert_covers_truth(spec, result.detection)
+    assert_covers_truth(spec.geometry, result.detection)
 
 
 # -- refinement with a promptable segmenter ------------------------------------------------------

@@ -7,8 +7,17 @@ from functools import cache
 
 import cv2
 import numpy as np
+import pytest
 
-from synrail.rail.detect import TRACK_OCCLUDED, RailFit, TrackDetection, detect_track
+from synrail.rail.detect import (
+    TRACK_OCCLUDED,
+    RailFit,
+    TrackDetection,
+    detect_track,
+    object_between_rails,
+    rail_pair_rows,
+    track_occluded,
+)
 from synrail.rail.sequence import RailFollower
 from synrail.sources.procedural_backgrounds import BackgroundSpec, render_background, sample_background_spec
 from synrail.sources.procedural_obstacles import render_cutout
@@ -102,3 +111,31 @@ def test_an_obstacle_in_the_first_frame_is_not_judged_without_a_clear_frame() ->
     spec, image = sequence(0, "ballasted", 0.0)[0]
     result = followed_results([with_obstacle(spec, image, "vehicle", OBSTACLE_Z_M, seed=0)])[0]
     assert result.reason != TRACK_OCCLUDED
+
+
+@pytest.mark.parametrize("case", [(0, "ballasted", 0.0), (3, "ballastless", 0.0)], ids=lambda c: f"seed{c[0]}-{c[1]}")
+def test_a_person_between_the_rails_is_left_out_as_occluded(case: tuple[int, str, float]) -> None:
+    """A person is narrower than the gauge and hides neither rail: the bed's middle, unlike its
+    sides, changes over the rows the person spans. No clear frame is needed for that."""
+    frames = sequence(*case)
+    clear = [image for _, image in frames]
+    spec, last = frames[-1]
+    person = with_obstacle(spec, last, "person", 15.0, seed=0)
+    found = detect_track(person).detection
+    assert found is not None
+    # The rails do not vanish: the check on rails seen before does not see the person.
+    assert not track_occluded(person, found, rail_pair_rows(clear[-2], detect_track(clear[-2]).detection))
+    assert object_between_rails(person, found)
+    results = followed_results(clear[:-1] + [person])
+    assert [r.reason for r in results] == [None, None, None, TRACK_OCCLUDED]
+    assert followed_results([person])[0].reason == TRACK_OCCLUDED
+
+
+@pytest.mark.parametrize("case", [(seed, track_type, curvature) for seed in range(4)
+                                  for track_type in ("ballasted", "ballastless") for curvature in (0.0, 0.0025)],
+                         ids=lambda c: f"seed{c[0]}-{c[1]}-k{c[2]}")
+def test_a_clear_track_shows_nothing_between_the_rails(case: tuple[int, str, float]) -> None:
+    spec, image = sequence(*case)[-1]
+    found = detect_track(image).detection
+    assert found is not None
+    assert not object_between_rails(image, found)
