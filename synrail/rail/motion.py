@@ -1,0 +1,220 @@
+"""Ego-motion along the track from consecutive frames, and where a placed obstacle stands against the rails.
+
+Each frame's track geometry (``CameraGeometry``, from its own tracked rails) maps a strip of ground
+between the rails into a top-down view: rows are distances ``Z`` ahead along the track centre,
+columns lateral offsets from it. The ground (ballast, sleepers, rail fastenings) is fixed in the
+world, so the next frame's strip is the last one's shifted by the advance: the ground point at ``Z``
+now was at ``Z + advance`` one frame ago. The advance is the shift that best correlates the two
+strips (normalised cross-correlation of their high-passed texture, searched from 0 to a top speed,
+refined to a sub-step by a parabola). Only the near ground is used (``DEFAULT_DISTANCE_M``): far
+away a frame's motion is under a pixel and video codecs keep such blocks still, which reads as no
+motion. The speed of a sequence is the median advance times the frame rate, refused when too few
+frame pairs agree.
+
+The rails also say where a placed obstacle stands: its footprint's offset from the rails' centre
+line at its row, in gauge units (``lateral_gauge``), and its depth from the gauge as a ruler
+(``rails_depth_m``). A fixed obstacle keeps both consistent from frame to frame when each frame's
+geometry is right; how much they wander is the clip's drift.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from synrail.rail.detect import RailFit
+from synrail.rail.geometry import CameraGeometry
+
+DEFAULT_DISTANCE_M = (0.0, 20.0)  # ground ahead searched for motion; the near end is clamped to the frame
+STEP_M = 0.02                     # strip resolution along and across the track
+HALF_WIDTH_M = 0.5                # strip half-width: between the rails, clear of the rail heads
+MIN_SCORE = 0.5                   # a pair's correlation peak below this says nothing
+MIN_PAIRS = 3
+MAX_SPREAD = 0.25                 # robust spread of the pairs' advances / their median
+MIN_SPEED_KMH = 2.0               # below this the train stands: no approach to build
+
+NO_PAIRS = "fewer than 3 consecutive frame pairs with a tracked track"
+WEAK_TEXTURE = "the ground between the rails does not correlate between frames"
+PAIRS_DISAGREE = "the frame pairs' advances disagree"
+STANDING = "the train stands still"
+
+
+@dataclass(frozen=True)
+class GroundStrip:
+    """The ground between the rails seen top-down: ``values[i, j]`` at distance ``z_m[i]`` ahead."""
+
+    z_m: np.ndarray
+    values: np.ndarray  # len(z_m) x columns, float32, high-passed along the track
+
+
+@dataclass(frozen=True)
+class Advance:
+    """How far the camera moved along the track between two frames, and how well the strips agree."""
+
+    advance_m: float
+    score: float  # the correlation peak, -1..1
+
+
+@dataclass(frozen=True)
+class SpeedEstimate:
+    """The speed image motion along the rails implies, or None and why."""
+
+    speed_kmh: float | None
+    sigma_kmh: float | None
+    pairs: int  # frame pairs used
+    reason: str | None = None
+
+
+def ground_strip(grey: np.ndarray, geometry: CameraGeometry, distance_m: tuple[float, float] = DEFAULT_DISTANCE_M
+                 ) -> GroundStrip | None:
+    """The frame's ground between the rails, resampled top-down along the track centre.
+
+    Args:
+        grey: H x W greyscale frame (the one ``geometry`` was estimated on).
+        geometry: the frame's camera and track.
+        distance_m: (near, far) ground distance searched; near is raised to 0.5 m past the bottom row.
+
+    Returns:
+        The strip, or None when less than 3 m of track lies in range.
+    """
+    _, bottom_z = geometry.ground_point(np.array([geometry.cx]), np.array([geometry.height - 1.0]))
+    near = max(distance_m[0], float(bottom_z[0]) + 0.5) if math.isfinite(float(bottom_z[0])) else distance_m[0]
+    far = min(distance_m[1], geometry.track_max_z_m)
+    if far - near < 3.0:
+        return None
+    z = np.arange(near, far, STEP_M)
+    x = np.arange(-HALF_WIDTH_M, HALF_WIDTH_M + 1e-9, STEP_M)
+    zz, xx = np.meshgrid(z, x, indexing="ij")
+    u, v = geometry.project(geometry.track_centre_x(zz) + xx, np.zeros_like(zz), zz)
+    sampled = cv2.remap(grey.astype(np.float32), u.astype(np.float32), v.astype(np.float32), cv2.INTER_LINEAR,
+                        borderMode=cv2.BORDER_REPLICATE)
+    smooth = cv2.GaussianBlur(sampled, (0, 0), sigmaX=0.25 / STEP_M)  # light falloff, shading: not motion
+    return GroundStrip(z_m=z, values=sampled - smooth)
+
+
+def advance_between(before: GroundStrip, after: GroundStrip, max_advance_m: float) -> Advance | None:
+    """The advance that maps ``after`` onto ``before``: ground at ``Z`` in ``after`` was at ``Z + advance``.
+
+    Args:
+        before: the earlier frame's strip.
+        after: the later frame's strip.
+        max_advance_m: the largest advance searched (a top speed over the frame rate).
+
+    Returns:
+        The best advance (a sub-step parabola fit) and its correlation, or None when the strips share
+        less than 3 m of ground at every shift.
+    """
+    offset = int(round((after.z_m[0] - before.z_m[0]) / STEP_M))  # after's first row in before's rows
+    scores = []
+    for shift in range(0, int(max_advance_m / STEP_M) + 1):
+        start = offset + shift
+        first_after = max(0, -start)
+        count = min(len(after.z_m) - first_after, len(before.z_m) - (start + first_after))
+        if count < int(3.0 / STEP_M):
+            break
+        a = after.values[first_after:first_after + count].ravel()
+        b = before.values[start + first_after:start + first_after + count].ravel()
+        a, b = a - a.mean(), b - b.mean()
+        scores.append(float((a * b).sum() / math.sqrt(float((a * a).sum() * (b * b).sum()) + 1e-12)))
+    if not scores:
+        return None
+    best = int(np.argmax(scores))
+    shift = float(best)
+    if 0 < best < len(scores) - 1:
+        curvature = scores[best - 1] - 2 * scores[best] + scores[best + 1]
+        if curvature < 0:
+            shift += float(np.clip(0.5 * (scores[best - 1] - scores[best + 1]) / curvature, -0.5, 0.5))
+    return Advance(advance_m=shift * STEP_M, score=scores[best])
+
+
+def speed_from_advances(advances: Sequence[Advance | None], fps: float) -> SpeedEstimate:
+    """The sequence's speed: the median advance of the pairs that correlate, times the frame rate.
+
+    Args:
+        advances: one per consecutive frame pair (None: a pair without a strip).
+        fps: frames per second of the pairs.
+
+    Returns:
+        The speed with its uncertainty (robust spread over the root of the pairs), or None and why.
+    """
+    found = [a for a in advances if a is not None]
+    if len(found) < MIN_PAIRS:
+        return SpeedEstimate(None, None, len(found), NO_PAIRS)
+    good = np.array([a.advance_m for a in found if a.score >= MIN_SCORE])
+    if good.size < MIN_PAIRS:
+        return SpeedEstimate(None, None, int(good.size), WEAK_TEXTURE)
+    median = float(np.median(good))
+    spread = 1.4826 * float(np.median(np.abs(good - median)))
+    speed, sigma = median * fps * 3.6, spread / math.sqrt(good.size) * fps * 3.6
+    if speed < MIN_SPEED_KMH:
+        return SpeedEstimate(None, None, int(good.size), STANDING)
+    if spread > MAX_SPREAD * median:
+        return SpeedEstimate(None, sigma, int(good.size), PAIRS_DISAGREE)
+    return SpeedEstimate(speed, sigma, int(good.size))
+
+
+@dataclass(frozen=True)
+class RailPair:
+    """A frame's two rail-head centre lines (``detect.RailFit``), kept small for records."""
+
+    left: tuple[float, float, float, float]  # horizon_v, a, b, c
+    right: tuple[float, float, float, float]
+
+    @classmethod
+    def of(cls, left: RailFit, right: RailFit) -> RailPair:
+        """The pair of two fits.
+
+        Args:
+            left: the left rail's fit.
+            right: the right rail's fit.
+
+        Returns:
+            The pair.
+        """
+        return cls(left=(left.horizon_v, left.a, left.b, left.c), right=(right.horizon_v, right.a, right.b, right.c))
+
+    def gap_and_centre(self, v: float) -> tuple[float, float]:
+        """(rail-centre gap, centre column) at row ``v``, in pixels."""
+        left, right = RailFit(*self.left).x(v), RailFit(*self.right).x(v)
+        return float(right - left), float(0.5 * (left + right))
+
+
+def lateral_gauge(rails: RailPair, u: float, v: float, gauge_m: float, rail_head_m: float) -> float:
+    """Where the footprint (u, v) stands across the track, measured on the rails: 0 on the centre line,
+    ±0.5 on a rail's gauge face, in gauge units.
+
+    Args:
+        rails: the frame's rails.
+        u: the footprint's column (sub-pixel).
+        v: its row.
+        gauge_m: the track gauge.
+        rail_head_m: the rail head width (rail centres are gauge + head apart).
+
+    Returns:
+        The lateral offset in gauges (NaN where the rails do not reach the row).
+    """
+    gap, centre = rails.gap_and_centre(v)
+    if not gap > 0:
+        return float("nan")
+    return (u - centre) / gap * (gauge_m + rail_head_m) / gauge_m
+
+
+def rails_depth_m(rails: RailPair, v: float, focal_px: float, gauge_m: float, rail_head_m: float) -> float:
+    """Optical depth of row ``v`` from the rails alone: the rail-centre distance is the ruler.
+
+    Args:
+        rails: the frame's rails.
+        v: the row.
+        focal_px: the focal length, pixels.
+        gauge_m: the track gauge.
+        rail_head_m: the rail head width.
+
+    Returns:
+        ``focal * (gauge + head) / gap`` in metres (NaN where the rails do not reach the row).
+    """
+    gap, _ = rails.gap_and_centre(v)
+    return focal_px * (gauge_m + rail_head_m) / gap if gap > 0 else float("nan")
