@@ -52,7 +52,15 @@ from synrail.rail.motion import (
 )
 from synrail.rail.sequence import FrameEvidence, RailFollower, frame_evidence, frame_geometry, solve_sequence_camera
 from synrail.randomness import ClipDraw, clip_rng
-from synrail.records import ClipAnnotationRow, ClipImageRow, ClipRecord, ClipRefusal, GalleryRecord, VideoClips
+from synrail.records import (
+    BackgroundRecord,
+    ClipAnnotationRow,
+    ClipImageRow,
+    ClipRecord,
+    ClipRefusal,
+    GalleryRecord,
+    VideoClips,
+)
 from synrail.sources.video import SampledFrame, VideoError, VideoRef, read_sidecar, sample_frames, sidecar_metadata
 from synrail.sources.video_backgrounds import video_folder
 from synrail.stages.compose import SHADOW_SCALE, annotation_rows, gallery_by_class
@@ -113,6 +121,26 @@ def video_clip_slots(cfg: BuildConfig, position: int) -> range:
         Its ``sequences.clips`` clip numbers.
     """
     return range(position * cfg.sequences.clips, (position + 1) * cfg.sequences.clips)
+
+
+def video_splits(backgrounds: Sequence[BackgroundRecord], video: VideoRef) -> list[tuple[int, str]]:
+    """(frame index, split) of the video's background frames, which decide its clips' splits.
+
+    Args:
+        backgrounds: every background record of the build.
+        video: the video or frame sequence.
+
+    Returns:
+        Its frames' indices and splits, in frame order; empty when none of its frames was usable.
+    """
+    kind = "frames" if video.is_sequence else "video"
+    return sorted((b.frame_index, b.split) for b in backgrounds
+                  if b.source == f"{kind}:{video.name}" and b.frame_index is not None)
+
+
+def wants_video_clips(cfg: BuildConfig) -> bool:
+    """Whether this build makes clips on its footage (footage backgrounds and ``sequences.clips`` > 0)."""
+    return cfg.backgrounds.source != "procedural" and cfg.sequences.clips > 0
 
 
 def clip_step(native_fps: float, fps: float) -> int:

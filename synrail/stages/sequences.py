@@ -80,7 +80,10 @@ def clip_splits(cfg: BuildConfig) -> list[str]:
 
 
 def clip_ranges(cfg: BuildConfig) -> list[tuple[int, int]]:
-    """(first, stop) of the clips each task composes."""
+    """(first, stop) of the procedural clips each task composes (none on footage: its clips come from
+    ``synrail.stages.real_clips``, one task per video)."""
+    if cfg.backgrounds.source != "procedural":
+        return []
     return chunk_ranges(cfg.sequences.clips, cfg.execution.clips_per_task)
 
 
