@@ -273,8 +273,8 @@ class VideoClips(Record):
     video: str
     clips: list[ClipRecord]
     refusals: list[ClipRefusal]
-    speed_kmh: float | None  # the speed used (None: refused)
-    speed_source: str | None  # sidecar | estimated
-    estimated_speed_kmh: float | None = None  # what the image motion says (also when the sidecar gives one)
+    speed_kmh: float | None  # the sidecar's, or the whole video's estimate (each clip has its own window's)
+    speed_source: str | None  # sidecar | estimated (None: no speed, the video refused)
+    estimated_speed_kmh: float | None = None  # what the image motion says over the video (also beside a sidecar)
     estimated_sigma_kmh: float | None = None
     fps: float | None = None  # of its clips

@@ -8,8 +8,8 @@ now was at ``Z + advance`` one frame ago. The advance is the shift that best cor
 strips (normalised cross-correlation of their high-passed texture, searched from 0 to a top speed,
 refined to a sub-step by a parabola). Only the near ground is used (``DEFAULT_DISTANCE_M``): far
 away a frame's motion is under a pixel and video codecs keep such blocks still, which reads as no
-motion. The speed of a sequence is the median advance times the frame rate, refused when too few
-frame pairs agree.
+motion. The speed over a stretch of frames is the mean advance of its pairs times the frame rate,
+refused when too few pairs correlate or they disagree.
 
 The rails also say where a placed obstacle stands: its footprint's offset from the rails' centre
 line at its row, in gauge units (``lateral_gauge``), and its depth from the gauge as a ruler
@@ -34,7 +34,7 @@ STEP_M = 0.02                     # strip resolution along and across the track
 HALF_WIDTH_M = 0.5                # strip half-width: between the rails, clear of the rail heads
 MIN_SCORE = 0.5                   # a pair's correlation peak below this says nothing
 MIN_PAIRS = 3
-MAX_SPREAD = 0.25                 # robust spread of the pairs' advances / their median
+MAX_RELATIVE_SIGMA = 0.1          # of the speed: the pairs disagree beyond this
 MIN_SPEED_KMH = 2.0               # below this the train stands: no approach to build
 
 NO_PAIRS = "fewer than 3 consecutive frame pairs with a tracked track"
@@ -132,14 +132,19 @@ def advance_between(before: GroundStrip, after: GroundStrip, max_advance_m: floa
 
 
 def speed_from_advances(advances: Sequence[Advance | None], fps: float) -> SpeedEstimate:
-    """The sequence's speed: the median advance of the pairs that correlate, times the frame rate.
+    """The speed over a stretch of frames: the mean advance of the pairs that correlate, times the frame rate.
+
+    The mean, not the median: re-encoded footage often has an uneven cadence (frames duplicated or
+    dropped, so pairs alternate between short and long advances), and only the mean keeps the
+    distance covered over the stretch. Pairs outside Tukey's fences (1.5 interquartile ranges beyond
+    the quartiles, plus 5 cm: a sleeper period mistaken for the advance) are left out first.
 
     Args:
         advances: one per consecutive frame pair (None: a pair without a strip).
         fps: frames per second of the pairs.
 
     Returns:
-        The speed with its uncertainty (robust spread over the root of the pairs), or None and why.
+        The speed with its uncertainty (spread of the pairs over the root of their count), or None and why.
     """
     found = [a for a in advances if a is not None]
     if len(found) < MIN_PAIRS:
@@ -147,14 +152,17 @@ def speed_from_advances(advances: Sequence[Advance | None], fps: float) -> Speed
     good = np.array([a.advance_m for a in found if a.score >= MIN_SCORE])
     if good.size < MIN_PAIRS:
         return SpeedEstimate(None, None, int(good.size), WEAK_TEXTURE)
-    median = float(np.median(good))
-    spread = 1.4826 * float(np.median(np.abs(good - median)))
-    speed, sigma = median * fps * 3.6, spread / math.sqrt(good.size) * fps * 3.6
+    low, high = np.percentile(good, [25, 75])
+    fence = 1.5 * (high - low) + 0.05  # Tukey's fences: a two-valued cadence keeps both values
+    inliers = good[(good >= low - fence) & (good <= high + fence)]
+    mean = float(inliers.mean())
+    speed = mean * fps * 3.6
+    sigma = float(inliers.std()) / math.sqrt(inliers.size) * fps * 3.6
     if speed < MIN_SPEED_KMH:
-        return SpeedEstimate(None, None, int(good.size), STANDING)
-    if spread > MAX_SPREAD * median:
-        return SpeedEstimate(None, sigma, int(good.size), PAIRS_DISAGREE)
-    return SpeedEstimate(speed, sigma, int(good.size))
+        return SpeedEstimate(None, None, int(inliers.size), STANDING)
+    if inliers.size < MIN_PAIRS or inliers.size < 0.5 * good.size or sigma > MAX_RELATIVE_SIGMA * speed:
+        return SpeedEstimate(None, sigma, int(inliers.size), PAIRS_DISAGREE)
+    return SpeedEstimate(speed, sigma, int(inliers.size))
 
 
 @dataclass(frozen=True)

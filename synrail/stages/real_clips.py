@@ -9,7 +9,8 @@ frame gets its own geometry under it. A clip is a window of ``frames_per_clip`` 
 whose track is found in every one; a window where it is lost is refused with the frame and reason.
 
 The train's speed is the sidecar's ``speed_kmh``, else the one the ground's image motion along the
-tracked rails implies (``rail.motion``); with neither, the video gives no clip and says why. An
+tracked rails implies over the clip's own frames (``rail.motion``: a train speeds up and slows
+down); with neither, the clip (or the whole video) is refused with the reason. An
 obstacle stands ``d0`` metres along the track (and a drawn lateral offset from its centre) in the
 first frame, and at ``d0 - speed * t`` in each later frame, placed with that frame's own geometry.
 The rest is as for procedural clips (one cutout, light and weather draw per clip, sensor noise per
@@ -43,7 +44,6 @@ from synrail.rail.geometry import CameraGeometry, TrackPose, track_point_xz
 from synrail.rail.motion import (
     Advance,
     RailPair,
-    SpeedEstimate,
     advance_between,
     ground_strip,
     lateral_gauge,
@@ -297,13 +297,15 @@ def measure_motion(cfg: BuildConfig, video: VideoRef, settings: CameraSettings, 
     return advances, images
 
 
-def choose_speed(metadata: dict[str, str], estimate: SpeedEstimate, allow_estimate: bool
-                 ) -> tuple[float | None, str | None, str | None]:
-    """The speed clips use: the sidecar's, else the estimate when allowed.
+def clip_speed(metadata: dict[str, str], advances: Sequence[Advance | None], fps: float, allow_estimate: bool
+               ) -> tuple[float | None, str | None, str | None]:
+    """The speed of one clip: the sidecar's, else the one its own frames' image motion gives (a train
+    speeds up and slows down, so each window is measured on its own).
 
     Args:
         metadata: the video's sidecar row.
-        estimate: what the image motion says.
+        advances: the advances between the window's consecutive frames.
+        fps: the clip rate.
         allow_estimate: ``sequences.estimate_speed``.
 
     Returns:
@@ -313,6 +315,7 @@ def choose_speed(metadata: dict[str, str], estimate: SpeedEstimate, allow_estima
         return float(metadata["speed_kmh"]), SPEED_SIDECAR, None
     if not allow_estimate:
         return None, None, "no speed: the sidecar gives no speed_kmh and sequences.estimate_speed is off"
+    estimate = speed_from_advances(advances, fps)
     if estimate.speed_kmh is None:
         return None, None, (f"no speed: the sidecar gives no speed_kmh and the image motion along the rails "
                             f"cannot tell ({estimate.reason})")
@@ -357,18 +360,27 @@ def compose_video_clips(cfg: BuildConfig, video: VideoRef, position: int, splits
     windows, refused = choose_windows(frames, step, seq.frames_per_clip, seq.clips)
     refusals = [ClipRefusal(video=video.name, frame_index=i, reason=r) for i, r in refused]
     advances, images = measure_motion(cfg, video, settings, frames, {k for w in windows for k in w})
-    estimate = speed_from_advances(advances, fps)
-    speed, speed_source, why = choose_speed(metadata, estimate, seq.estimate_speed)
-    report = {"estimated_speed_kmh": estimate.speed_kmh, "estimated_sigma_kmh": estimate.sigma_kmh, "fps": fps}
-    if speed is None:
+    estimate = speed_from_advances(advances, fps)  # the whole video's, for the report
+    sidecar = metadata.get("speed_kmh")
+    report = {"estimated_speed_kmh": estimate.speed_kmh, "estimated_sigma_kmh": estimate.sigma_kmh, "fps": fps,
+              "speed_kmh": float(sidecar) if sidecar else estimate.speed_kmh,
+              "speed_source": SPEED_SIDECAR if sidecar else SPEED_ESTIMATED if seq.estimate_speed else None}
+    if not sidecar and not seq.estimate_speed:
+        _, _, why = clip_speed(metadata, [], fps, False)
         return VideoClips(video=video.name, clips=[], refusals=refusals + [
-            ClipRefusal(video=video.name, frame_index=0, reason=why)], speed_kmh=None, speed_source=None, **report)
-    source = ClipSource(video=video, fps=fps, speed_kmh=speed, speed_source=speed_source,
-                        condition=condition_from_metadata(metadata), track_type=metadata.get("track_type", "unknown"))
+            ClipRefusal(video=video.name, frame_index=0, reason=why)], **{**report, "speed_kmh": None})
     cutouts = gallery_by_class(cache, gallery)
     clips = []
     for clip, window in zip(video_clip_slots(cfg, position), windows, strict=False):
         first = frames[window[0]].frame_index
+        speed, speed_source, why = clip_speed(metadata, [advances[k - 1] for k in window[1:]], fps,
+                                              seq.estimate_speed)
+        if speed is None:
+            refusals.append(ClipRefusal(video=video.name, frame_index=first, reason=why))
+            continue
+        source = ClipSource(video=video, fps=fps, speed_kmh=speed, speed_source=speed_source,
+                            condition=condition_from_metadata(metadata),
+                            track_type=metadata.get("track_type", "unknown"))
         clip_frames = [WindowFrame(frame_index=frames[k].frame_index,
                                    time_s=(frames[k].frame_index - first) / step / fps, image=images[k],
                                    geometry=frames[k].geometry, rails=frames[k].rails,
@@ -376,8 +388,7 @@ def compose_video_clips(cfg: BuildConfig, video: VideoRef, position: int, splits
                                    else advances[k - 1].advance_m)
                        for j, k in enumerate(window)]
         clips.append(compose_real_clip(cfg, clip, _split_for(splits, first), source, clip_frames, cutouts, out))
-    return VideoClips(video=video.name, clips=clips, refusals=refusals, speed_kmh=speed, speed_source=speed_source,
-                      **report)
+    return VideoClips(video=video.name, clips=clips, refusals=refusals, **report)
 
 
 def _moved(obstacle: TrackedObstacle, first: CameraGeometry, geometry: CameraGeometry, advance_m: float
