@@ -93,7 +93,10 @@ def ground_strip(grey: np.ndarray, geometry: CameraGeometry, distance_m: tuple[f
     sampled = cv2.remap(grey.astype(np.float32), u.astype(np.float32), v.astype(np.float32), cv2.INTER_LINEAR,
                         borderMode=cv2.BORDER_REPLICATE)
     smooth = cv2.GaussianBlur(sampled, (0, 0), sigmaX=0.25 / STEP_M)  # light falloff, shading: not motion
-    return GroundStrip(z_m=z, values=sampled - smooth)
+    detail = sampled - smooth
+    # Sleepers cross the strip as stripes, the same across it; left in, their period aliases the advance
+    # (a shift by one spacing matches as well). The ballast's detail that varies across the track does not repeat.
+    return GroundStrip(z_m=z, values=detail - detail.mean(axis=1, keepdims=True))
 
 
 def advance_between(before: GroundStrip, after: GroundStrip, max_advance_m: float) -> Advance | None:
