@@ -36,6 +36,9 @@ MIN_SCORE = 0.5                   # a pair's correlation peak below this says no
 MIN_PAIRS = 3
 MAX_RELATIVE_SIGMA = 0.1          # of the speed: the pairs disagree beyond this
 MIN_SPEED_KMH = 2.0               # below this the train stands: no approach to build
+FENCES = (0.4, 1.7)               # a pair's advance against its stretch's median: outside, it failed (re-encoded
+                                  # footage alternates pairs of 0.66 and 1.0 of their mean)
+MIN_ADVANCE_M = 0.05              # a pair that moved less matched still picture parts (or the train stands)
 
 NO_PAIRS = "fewer than 3 consecutive frame pairs with a tracked track"
 WEAK_TEXTURE = "the ground between the rails does not correlate between frames"
@@ -67,6 +70,7 @@ class SpeedEstimate:
     sigma_kmh: float | None
     pairs: int  # frame pairs used
     reason: str | None = None
+    fences: tuple[float, float] | None = None  # advances (m) outside are failed measurements, not motion
 
 
 def ground_strip(grey: np.ndarray, geometry: CameraGeometry, distance_m: tuple[float, float] = DEFAULT_DISTANCE_M
@@ -93,10 +97,7 @@ def ground_strip(grey: np.ndarray, geometry: CameraGeometry, distance_m: tuple[f
     sampled = cv2.remap(grey.astype(np.float32), u.astype(np.float32), v.astype(np.float32), cv2.INTER_LINEAR,
                         borderMode=cv2.BORDER_REPLICATE)
     smooth = cv2.GaussianBlur(sampled, (0, 0), sigmaX=0.25 / STEP_M)  # light falloff, shading: not motion
-    detail = sampled - smooth
-    # Sleepers cross the strip as stripes, the same across it; left in, their period aliases the advance
-    # (a shift by one spacing matches as well). The ballast's detail that varies across the track does not repeat.
-    return GroundStrip(z_m=z, values=detail - detail.mean(axis=1, keepdims=True))
+    return GroundStrip(z_m=z, values=sampled - smooth)
 
 
 def advance_between(before: GroundStrip, after: GroundStrip, max_advance_m: float) -> Advance | None:
@@ -139,8 +140,10 @@ def speed_from_advances(advances: Sequence[Advance | None], fps: float) -> Speed
 
     The mean, not the median: re-encoded footage often has an uneven cadence (frames duplicated or
     dropped, so pairs alternate between short and long advances), and only the mean keeps the
-    distance covered over the stretch. Pairs outside Tukey's fences (1.5 interquartile ranges beyond
-    the quartiles, plus 5 cm: a sleeper period mistaken for the advance) are left out first.
+    distance covered over the stretch. Pairs outside 0.4 to 1.7 times the median (a partly blurred
+    ground matched short, a wrong texture matched far) are left out first, and so
+    are pairs that did not move (a ground blurred smooth matches the picture's still parts) unless
+    most did not: then the train stands.
 
     Args:
         advances: one per consecutive frame pair (None: a pair without a strip).
@@ -155,17 +158,40 @@ def speed_from_advances(advances: Sequence[Advance | None], fps: float) -> Speed
     good = np.array([a.advance_m for a in found if a.score >= MIN_SCORE])
     if good.size < MIN_PAIRS:
         return SpeedEstimate(None, None, int(good.size), WEAK_TEXTURE)
-    low, high = np.percentile(good, [25, 75])
-    fence = 1.5 * (high - low) + 0.05  # Tukey's fences: a two-valued cadence keeps both values
-    inliers = good[(good >= low - fence) & (good <= high + fence)]
+    still = good < MIN_ADVANCE_M
+    if still.mean() > 0.5:
+        return SpeedEstimate(None, None, int(good.size), STANDING)
+    good = good[~still]  # a pair that matched the picture's still parts (a blurred, textureless ground)
+    median = float(np.median(good))
+    fences = (FENCES[0] * median, FENCES[1] * median)  # an uneven cadence stays inside, a failed match not
+    inliers = good[(good >= fences[0]) & (good <= fences[1])]
     mean = float(inliers.mean())
     speed = mean * fps * 3.6
     sigma = float(inliers.std()) / math.sqrt(inliers.size) * fps * 3.6
     if speed < MIN_SPEED_KMH:
-        return SpeedEstimate(None, None, int(inliers.size), STANDING)
+        return SpeedEstimate(None, None, int(inliers.size), STANDING, fences)
     if inliers.size < MIN_PAIRS or inliers.size < 0.5 * good.size or sigma > MAX_RELATIVE_SIGMA * speed:
-        return SpeedEstimate(None, sigma, int(inliers.size), PAIRS_DISAGREE)
-    return SpeedEstimate(speed, sigma, int(inliers.size))
+        return SpeedEstimate(None, sigma, int(inliers.size), PAIRS_DISAGREE, fences)
+    return SpeedEstimate(speed, sigma, int(inliers.size), fences=fences)
+
+
+def measured(advance: Advance | None, estimate: SpeedEstimate) -> float | None:
+    """The advance a pair measured, or None when it failed: too weak a correlation, no motion (the
+    picture's still parts matched: a ground blurred smooth), or outside the fences of its stretch's
+    pairs (a sleeper period matched instead).
+
+    Args:
+        advance: the pair's advance.
+        estimate: the speed estimate over the pair's stretch (its fences).
+
+    Returns:
+        The advance in metres, or None.
+    """
+    if advance is None or advance.score < MIN_SCORE or advance.advance_m < MIN_ADVANCE_M:
+        return None
+    if estimate.fences is not None and not estimate.fences[0] <= advance.advance_m <= estimate.fences[1]:
+        return None
+    return advance.advance_m
 
 
 @dataclass(frozen=True)

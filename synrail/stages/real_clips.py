@@ -47,6 +47,7 @@ from synrail.rail.motion import (
     advance_between,
     ground_strip,
     lateral_gauge,
+    measured,
     rails_depth_m,
     speed_from_advances,
 )
@@ -166,6 +167,17 @@ def _metadata(cfg: BuildConfig, video: VideoRef) -> dict[str, str]:
         raise InputError(f"backgrounds.{cfg.backgrounds.source}.sampling.sidecar: {exc}") from None
 
 
+def _closing(stream: Iterator[SampledFrame], frames: Iterator[SampledFrame], step: int, settings: CameraSettings,
+             size: tuple[int, int]) -> Iterator[tuple[SampledFrame, PreparedFrame]]:
+    """The clip-rate frames prepared; the decoder is released however the iteration ends."""
+    try:
+        for frame in frames:
+            if frame.frame_index % step == 0:
+                yield frame, prepare_frame(frame.image, settings, *size)
+    finally:
+        stream.close()
+
+
 def _frames(cfg: BuildConfig, video: VideoRef, settings: CameraSettings
             ) -> tuple[float, int, Iterator[tuple[SampledFrame, PreparedFrame]]]:
     """(clip fps, step, the clip-rate frames prepared) of the source; VideoError when it cannot be read."""
@@ -177,9 +189,8 @@ def _frames(cfg: BuildConfig, video: VideoRef, settings: CameraSettings
     native = getattr(stream, "native_fps", None)
     step = 1 if video.is_sequence or not native else clip_step(native, cfg.sequences.fps)
     fps = cfg.sequences.fps if video.is_sequence or not native else native / step
-    width, height = cfg.image.width, cfg.image.height
-    chosen = (f for f in itertools.chain([first], stream) if f.frame_index % step == 0)
-    return fps, step, ((f, prepare_frame(f.image, settings, width, height)) for f in chosen)
+    return fps, step, _closing(stream, itertools.chain([first], stream), step, settings,
+                               (cfg.image.width, cfg.image.height))
 
 
 def track_frames(cfg: BuildConfig, video: VideoRef, settings: CameraSettings
@@ -381,11 +392,12 @@ def compose_video_clips(cfg: BuildConfig, video: VideoRef, position: int, splits
         source = ClipSource(video=video, fps=fps, speed_kmh=speed, speed_source=speed_source,
                             condition=condition_from_metadata(metadata),
                             track_type=metadata.get("track_type", "unknown"))
+        pairs = [advances[k - 1] for k in window[1:]]
+        stretch = speed_from_advances(pairs, fps)
         clip_frames = [WindowFrame(frame_index=frames[k].frame_index,
                                    time_s=(frames[k].frame_index - first) / step / fps, image=images[k],
                                    geometry=frames[k].geometry, rails=frames[k].rails,
-                                   measured_step_m=None if j == 0 or advances[k - 1] is None
-                                   else advances[k - 1].advance_m)
+                                   measured_step_m=None if j == 0 else measured(advances[k - 1], stretch))
                        for j, k in enumerate(window)]
         clips.append(compose_real_clip(cfg, clip, _split_for(splits, first), source, clip_frames, cutouts, out))
     return VideoClips(video=video.name, clips=clips, refusals=refusals, **report)

@@ -17,6 +17,7 @@ from synrail.rail.motion import (
     advance_between,
     ground_strip,
     lateral_gauge,
+    measured,
     rails_depth_m,
     speed_from_advances,
 )
@@ -43,12 +44,15 @@ def test_speed_from_pairs_and_its_refusals():
     assert speed_from_advances(pairs[:2], 10.0).reason == NO_PAIRS
     assert speed_from_advances([Advance(1.6, 0.2)] * 4, 10.0).reason == WEAK_TEXTURE
     assert speed_from_advances([Advance(0.0, 0.99)] * 4, 10.0).reason == STANDING
-    assert speed_from_advances([Advance(a, 0.9) for a in (0.5, 1.5, 3.0, 0.2, 2.5)], 10.0).reason == PAIRS_DISAGREE
+    assert speed_from_advances([Advance(a, 0.9) for a in (0.7, 1.0, 1.4, 0.6, 1.3)], 10.0).reason == PAIRS_DISAGREE
     # an uneven cadence (short and long pairs in turn) keeps the distance covered: the mean, not the median
     uneven = speed_from_advances([Advance(a, 0.9) for a in (0.7, 1.1) * 5 + (0.7,)], 12.0)
     assert uneven.speed_kmh == pytest.approx((0.7 * 6 + 1.1 * 5) / 11 * 12 * 3.6)
-    with_alias = speed_from_advances([Advance(a, 0.9) for a in (1.0, 1.02, 0.98, 1.0, 1.6)], 10.0)  # a sleeper off
-    assert with_alias.speed_kmh == pytest.approx(36.0) and with_alias.pairs == 4
+    failed = [Advance(a, 0.9) for a in (1.0, 1.02, 0.98, 1.0, 1.8, 0.3, 0.0)]  # matched far, blurred, no motion
+    with_failures = speed_from_advances(failed, 10.0)
+    assert with_failures.speed_kmh == pytest.approx(36.0) and with_failures.pairs == 4
+    assert [measured(a, with_failures) for a in failed] == [1.0, 1.02, 0.98, 1.0, None, None, None]
+    assert measured(Advance(1.0, 0.3), with_failures) is None  # too weak a correlation
 
 
 def test_a_ground_strip_covers_the_near_track():
