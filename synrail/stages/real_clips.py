@@ -12,7 +12,8 @@ The train's speed is the sidecar's ``speed_kmh``, else the one the ground's imag
 tracked rails implies over the clip's own frames (``rail.motion``: a train speeds up and slows
 down); with neither, the clip (or the whole video) is refused with the reason. An
 obstacle stands ``d0`` metres along the track (and a drawn lateral offset from its centre) in the
-first frame, and at ``d0 - speed * t`` in each later frame, placed with that frame's own geometry.
+first frame, and at ``d0 - speed * t`` in each later frame, placed with that frame's own geometry
+(shown once its footprint lies on the frame's track area, which ends where the rails were seen).
 The rest is as for procedural clips (one cutout, light and weather draw per clip, sensor noise per
 frame, tracks that end, the same rows and files). Each clip also reports how far a fixed ground
 point would drift: the measured advance against ``speed * t``, and the spread of each track's
@@ -40,7 +41,7 @@ from synrail.errors import InputError
 from synrail.export.coco import encode_rle
 from synrail.export.yolo import yolo_line
 from synrail.rail.camera import CameraSettings, PreparedFrame, focal_from_hfov, hfov_from_focal, prepare_frame
-from synrail.rail.geometry import CameraGeometry, TrackPose, track_point_xz
+from synrail.rail.geometry import CameraGeometry, TrackPose, reproject_ground_point, track_point_xz
 from synrail.rail.motion import (
     Advance,
     RailPair,
@@ -412,8 +413,18 @@ def _moved(obstacle: TrackedObstacle, first: CameraGeometry, geometry: CameraGeo
     return replace(obstacle, world_xz=track_point_xz(geometry, along - advance_m, lateral))
 
 
-def _background(frame: WindowFrame, condition: str) -> SceneBackground:
-    return SceneBackground(image=frame.image, track_mask=frame.geometry.track_mask(), track_rows={},
+def _on_track_area(obstacle: TrackedObstacle, geometry: CameraGeometry, mask: np.ndarray) -> bool:
+    """Whether the obstacle's footprint (the pixel its label names) lies on the frame's track area: a
+    real frame's area ends where its rails were seen, and an obstacle beyond waits until it is nearer."""
+    u, v, _ = reproject_ground_point(geometry, TrackPose.along(geometry, 0.0), obstacle.world_xz)
+    if not (math.isfinite(u) and math.isfinite(v)):
+        return False
+    row, col = int(round(v)), int(round(u))
+    return 0 <= row < mask.shape[0] and 0 <= col < mask.shape[1] and bool(mask[row, col])
+
+
+def _background(frame: WindowFrame, condition: str, mask: np.ndarray) -> SceneBackground:
+    return SceneBackground(image=frame.image, track_mask=mask, track_rows={},
                            geometry=frame.geometry, fog_beta=0.0, airlight_bgr=(0.0, 0.0, 0.0),
                            illumination_bgr=(1.0, 1.0, 1.0), sensor_noise=0.0, light_deg=None,
                            shadow_scale=SHADOW_SCALE.get(condition, 0.6), real_frame=True,
@@ -507,9 +518,11 @@ def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSourc
     annotations: list[ClipAnnotationRow] = []
     for frame, wf in enumerate(frames):
         advance = source.speed_kmh / 3.6 * wf.time_s
-        live = [_moved(o, first, wf.geometry, advance) for o in obstacles if o.track_id not in ended]
+        mask = wf.geometry.track_mask()
+        moved = [_moved(o, first, wf.geometry, advance) for o in obstacles if o.track_id not in ended]
+        live = [o for o in moved if _on_track_area(o, wf.geometry, mask)]
         out_frame = compose_clip_frame(
-            _background(wf, source.condition), live, TrackPose.along(wf.geometry, 0.0), cfg.compose, light,
+            _background(wf, source.condition, mask), live, TrackPose.along(wf.geometry, 0.0), cfg.compose, light,
             clip_rng(cfg.seed, clip, ClipDraw.FRAME, frame),
             lambda track: clip_rng(cfg.seed, clip, ClipDraw.EFFECTS, track))
         shown = {t.track_id for t in out_frame.instances}

@@ -173,3 +173,42 @@ def test_windows_are_back_to_back_and_skip_lost_stretches():
     gap = [f for f in ok if f.frame_index != 4]  # an unreadable frame: the numbers jump
     windows, refused = choose_windows(gap, 2, 3, 1)
     assert windows == [[2, 3, 4]] and "does not follow frame 2" in refused[0][1]
+
+
+def test_a_folder_of_frames_gives_clips_at_the_configured_rate(built, footage, tmp_path):
+    """An image sequence has no clock: its consecutive images are ``sequences.fps`` apart."""
+    import cv2
+
+    _, folder, _, _ = footage
+    sequence = tmp_path / "frames" / "run0"
+    sequence.mkdir(parents=True)
+    capture = cv2.VideoCapture(str(folder / "approach.mp4"))
+    for i in range(FRAMES):
+        ok, image = capture.read()
+        assert ok
+        cv2.imwrite(str(sequence / f"f{i:03d}.png"), image)
+    sidecar = tmp_path / "meta.csv"
+    sidecar.write_text(f"video,speed_kmh\nrun0,{SPEED_KMH:g}\n")
+    cfg = footage_config(folder, None, **{
+        "backgrounds.source": "frames", "backgrounds.frames": {"url": str(tmp_path / "frames"), "hfov_deg": 60,
+                                                               "sampling": {"sidecar": str(sidecar)}}})
+    gallery = read_build_records(Store(str(built[0]))).gallery
+    cache = Store(str(Path(built[0]) / ".synrail" / "cache"))
+    (run,) = source_videos(cfg)
+    made = compose_video_clips(cfg, run, 0, [(0, "train")], gallery, cache, Store(str(tmp_path / "out")))
+    assert [c.source for c in made.clips] == ["frames:run0"] * 2 and made.fps == FPS
+    assert made.clips[0].speed_source == "sidecar" and made.clips[0].drift_along_m < 0.1
+
+
+def test_an_obstacle_beyond_the_tracked_rails_waits_until_it_is_nearer():
+    from synrail.compose.sequence import TrackedObstacle
+    from synrail.rail.geometry import CameraGeometry, track_point_xz
+    from synrail.stages.real_clips import _on_track_area
+
+    g = CameraGeometry.from_fov(640, 360, 60, 2.5, 3.0, track_max_z_m=30.0)  # the rails were seen to 30 m
+    mask = g.track_mask()
+
+    def at(along: float) -> TrackedObstacle:
+        return TrackedObstacle(track_id=0, cutout=None, height_m=1.0, world_xz=track_point_xz(g, along, 0.2),
+                               shadow_strength=0.0)  # type: ignore[arg-type]
+    assert _on_track_area(at(20.0), g, mask) and not _on_track_area(at(40.0), g, mask)
