@@ -34,7 +34,8 @@ STEP_M = 0.02                     # strip resolution along and across the track
 HALF_WIDTH_M = 0.5                # strip half-width: between the rails, clear of the rail heads
 MIN_SCORE = 0.5                   # a pair's correlation peak below this says nothing
 MIN_PAIRS = 3
-MAX_RELATIVE_SIGMA = 0.1          # of the speed: the pairs disagree beyond this
+MAX_RELATIVE_SIGMA = 0.15         # of the speed: the pairs disagree beyond this (a short window of an
+                                  # uneven cadence reaches 0.1)
 MIN_SPEED_KMH = 2.0               # below this the train stands: no approach to build
 FENCES = (0.4, 1.7)               # a pair's advance against its stretch's median: outside, it failed (re-encoded
                                   # footage alternates pairs of 0.66 and 1.0 of their mean)
