@@ -413,6 +413,15 @@ def _moved(obstacle: TrackedObstacle, first: CameraGeometry, geometry: CameraGeo
     return replace(obstacle, world_xz=track_point_xz(geometry, along - advance_m, lateral))
 
 
+def _steady_reach(frames: Sequence[WindowFrame], speed_kmh: float) -> list[float]:
+    """How far along the track (from the first frame's camera) each frame may show an obstacle so that
+    it stays shown: a real frame's track area ends where its rails were seen, which varies from frame
+    to frame; an obstacle starts only once every later frame's area reaches it (no flicker, no track
+    that ends because the next frame saw its rails a little less far)."""
+    world = [f.geometry.track_max_z_m + speed_kmh / 3.6 * f.time_s for f in frames]
+    return [min(world[k:]) for k in range(len(world))]
+
+
 def _on_track_area(obstacle: TrackedObstacle, geometry: CameraGeometry, mask: np.ndarray) -> bool:
     """Whether the obstacle's footprint (the pixel its label names) lies on the frame's track area: a
     real frame's area ends where its rails were seen, and an obstacle beyond waits until it is nearer."""
@@ -511,6 +520,7 @@ def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSourc
 
         light = light_from_image(frames[0].image, cfg.compose.shadow, first)
     measured = _measured_advances(frames, source.speed_kmh)
+    reach = _steady_reach(frames, source.speed_kmh)
     jpeg_params = [cv2.IMWRITE_JPEG_QUALITY, cfg.image.jpeg_quality]
     started: set[int] = set()
     ended: set[int] = set()
@@ -520,7 +530,7 @@ def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSourc
         advance = source.speed_kmh / 3.6 * wf.time_s
         mask = wf.geometry.track_mask()
         moved = [_moved(o, first, wf.geometry, advance) for o in obstacles if o.track_id not in ended]
-        live = [o for o in moved if _on_track_area(o, wf.geometry, mask)]
+        live = [o for o in moved if world[o.track_id][1] <= reach[frame] and _on_track_area(o, wf.geometry, mask)]
         out_frame = compose_clip_frame(
             _background(wf, source.condition, mask), live, TrackPose.along(wf.geometry, 0.0), cfg.compose, light,
             clip_rng(cfg.seed, clip, ClipDraw.FRAME, frame),

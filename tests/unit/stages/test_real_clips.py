@@ -212,3 +212,14 @@ def test_an_obstacle_beyond_the_tracked_rails_waits_until_it_is_nearer():
         return TrackedObstacle(track_id=0, cutout=None, height_m=1.0, world_xz=track_point_xz(g, along, 0.2),
                                shadow_strength=0.0)  # type: ignore[arg-type]
     assert _on_track_area(at(20.0), g, mask) and not _on_track_area(at(40.0), g, mask)
+
+
+def test_an_obstacle_starts_only_where_every_later_frame_still_reaches_it():
+    from types import SimpleNamespace
+
+    from synrail.stages.real_clips import _steady_reach
+
+    frames = [SimpleNamespace(geometry=SimpleNamespace(track_max_z_m=z), time_s=t)
+              for z, t in [(60.0, 0.0), (50.0, 0.1), (55.0, 0.2)]]
+    # at 36 km/h the frames reach 60, 51 and 57 m past the first camera: an obstacle at 55 m waits for frame 2
+    assert _steady_reach(frames, 36.0) == pytest.approx([51.0, 51.0, 57.0])  # type: ignore[arg-type]
