@@ -26,15 +26,18 @@ from synrail.records import (
     BackgroundRecord,
     ChunkRecord,
     ClipRecord,
+    ClipRefusal,
     GalleryRecord,
     GallerySourceResult,
     InputReport,
     VideoBackgrounds,
+    VideoClips,
 )
 from synrail.stages.compose import chunk_ranges
 from synrail.stages.export import ExportSummary
 from synrail.stages.gallery import needs_gpu, procedural_classes
 from synrail.stages.inputs import check_inputs, input_report, texture_quarantine
+from synrail.stages.real_clips import video_splits, wants_video_clips
 from synrail.stages.sequences import clip_ranges
 from synrail.stages.splits import assign_video_splits
 from synrail.stages.videos import source_videos
@@ -67,9 +70,14 @@ def _build_into(config: BuildConfig, out: Store, overwrite: bool, show_progress:
     check_inputs(config, background_records, gallery_records, report)
     plan = [(first, stop, None) for first, stop in chunk_ranges(config.num_images, config.execution.chunk_size)]
     clip_futures = submit_clips(config, gallery_records, cache_url, out)  # beside the stills' chunks
+    video_clip_futures = submit_video_clips(config, background_records, gallery_records, cache_url, out)
     chunk_records = compose_chunks(config, plan, background_records, gallery_records, cache_url, out, show_progress)
     clip_records = t.as_records(ClipRecord, [r for f in clip_futures for r in f.result()])
-    return export(config, chunk_records, background_records, gallery_records, report, cache_url, out, clip_records)
+    made = t.as_records(VideoClips, [f.result() for f in video_clip_futures])
+    clip_records += [c for m in made for c in m.clips]
+    refusals = [r for m in made for r in m.refusals]
+    return export(config, chunk_records, background_records, gallery_records, report, cache_url, out, clip_records,
+                  refusals)
 
 
 def submit_clips(config: BuildConfig, gallery: list[GalleryRecord], cache_url: str, out: Store) -> list:
@@ -77,6 +85,16 @@ def submit_clips(config: BuildConfig, gallery: list[GalleryRecord], cache_url: s
     clip_task = t.cached(t.compose_clips, "sequences", cache_url)
     return [clip_task.submit(config, first, stop, gallery, cache_url, out.root_url)
             for first, stop in clip_ranges(config)]
+
+
+def submit_video_clips(config: BuildConfig, backgrounds: list[BackgroundRecord], gallery: list[GalleryRecord],
+                       cache_url: str, out: Store) -> list:
+    """One compose-video-clips task per video or frame sequence (none unless the footage is to give clips)."""
+    if not wants_video_clips(config):
+        return []
+    task = t.cached(t.compose_video_clips, "real-clips", cache_url)
+    return [task.submit(config, video, position, video_splits(backgrounds, video), gallery, cache_url, out.root_url)
+            for position, video in enumerate(source_videos(config))]
 
 
 def compose_chunks(config: BuildConfig, plan: list[tuple[int, int, list[str] | None]],
@@ -104,11 +122,11 @@ def compose_chunks(config: BuildConfig, plan: list[tuple[int, int, list[str] | N
 
 def export(config: BuildConfig, chunks: list[ChunkRecord], backgrounds: list[BackgroundRecord],
            gallery: list[GalleryRecord], report: InputReport, cache_url: str, out: Store,
-           clips: list[ClipRecord] | None = None) -> ExportSummary:
+           clips: list[ClipRecord] | None = None, clip_refusals: list[ClipRefusal] | None = None) -> ExportSummary:
     """The export task, then the dataset's statistics, card and sample grid in the Prefect UI."""
     export_task = t.cached(t.export_dataset, "export", cache_url)
     summary = ExportSummary.model_validate(export_task(config, chunks, backgrounds, gallery, report, out.root_url,
-                                                       clips or None))
+                                                       clips or None, clip_refusals or None))
     _publish(summary, out)
     return summary
 
@@ -181,7 +199,8 @@ def expected_task_runs(config: BuildConfig) -> int:
                    else len(source_videos(config)))
     gallery = sum(len(procedural_classes(config, s)) if isinstance(s, ProceduralSource) else 1
                   for s in config.gallery.sources)
-    return backgrounds + gallery + chunks + len(clip_ranges(config)) + 1
+    video_clips = len(source_videos(config)) if wants_video_clips(config) else 0
+    return backgrounds + gallery + chunks + len(clip_ranges(config)) + video_clips + 1
 
 
 def build_with_runner(config: BuildConfig, out_url: str, overwrite: bool = False,

@@ -420,11 +420,23 @@ class SequencesConfig(Section):
     obstacles_per_clip: tuple[int, int] = (1, 2)
     first_distance_m: Range = Field(default=(30.0, 90.0), description=(
         "an obstacle's distance along the track in the clip's first frame"))
+    # Clips on footage (backgrounds.source video or frames): ``clips`` per video or frame sequence, from
+    # consecutive frames (a video read every round(native fps / fps) frames, an image folder's every image,
+    # ``fps`` apart); the speed from the sidecar's speed_kmh, else measured from the ground moving along the rails.
+    max_source_frames: int = Field(default=600, ge=2, description="frames of a video or sequence read for clips")
+    estimate_speed: bool = Field(default=True, description=(
+        "without a sidecar speed_kmh, measure it from the image motion along the tracked rails; "
+        "off: such videos get no clips"))
+    motion_distance_m: Range = Field(default=(0.0, 20.0), description=(
+        "ground ahead (m) where the motion is measured: the near ground moves pixels per frame, the far "
+        "ground under one"))
+    max_speed_kmh: float = Field(default=250.0, gt=0, description="the fastest train the motion search considers")
 
-    @field_validator("speed_kmh", "first_distance_m", "obstacles_per_clip")
+    @field_validator("speed_kmh", "first_distance_m", "obstacles_per_clip", "motion_distance_m")
     @classmethod
     def _ordered_positive(cls, value: tuple[float, float], info: ValidationInfo) -> tuple[float, float]:
-        if value[0] < 0 or (info.field_name != "obstacles_per_clip" and value[0] <= 0):
+        zero_ok = info.field_name in ("obstacles_per_clip", "motion_distance_m")
+        if value[0] < 0 or (not zero_ok and value[0] <= 0):
             raise ValueError(f"{info.field_name} must be positive, got {list(value)}")
         return _ordered(value, info.field_name)
 

@@ -213,6 +213,8 @@ class ClipImageRow(ImageRow):
     clip_id: str
     frame_in_clip: int
     advance_m: float  # how far the camera has moved along the track since the clip's first frame
+    measured_advance_m: float | None = None  # real footage: the advance the ground's image motion says (None:
+    # procedural clips, or a frame pair that did not correlate)
 
 
 class ClipAnnotationRow(AnnotationRow):
@@ -226,6 +228,8 @@ class ClipAnnotationRow(AnnotationRow):
     world_x_m: float  # the obstacle's fixed ground point, in the first frame's camera frame
     world_z_m: float
     along_m: float  # distance ahead of the camera along the track in this frame (falls by speed / fps)
+    lateral_gauge: float | None = None  # real footage: the footprint across the tracked rails, gauges from the centre
+    depth_residual_m: float | None = None  # real footage: depth from the rails' gap minus the frame geometry's
 
 
 class ClipRecord(Record):
@@ -245,5 +249,32 @@ class ClipRecord(Record):
     num_annotations: int
     condition: str
     track_type: str
-    geometry: CameraGeometry  # shared by every frame (see TrackPose)
-    rail_area: dict[str, Any]  # compressed RLE of the track area, the same in every frame
+    geometry: CameraGeometry  # shared by every frame (see TrackPose); real footage: the first frame's
+    rail_area: dict[str, Any]  # compressed RLE of the track area, the same in every frame (procedural)
+    source: str = "procedural"  # or "video:<name>" / "frames:<name>"
+    speed_source: str = "drawn"  # drawn (procedural), sidecar, or estimated (image motion along the rails)
+    frame_rail_areas: list[dict[str, Any]] = []  # real footage: each frame's own track area (RLE)
+    drift_along_m: float | None = None  # real footage: largest |measured - expected advance| over the frames
+    drift_lateral_gauge: float | None = None  # largest spread of a track's footprint across the rails (gauges)
+    drift_depth_m: float | None = None  # largest spread of a track's depth residual (rails' gap vs geometry)
+
+
+class ClipRefusal(Record):
+    """A stretch of a video that gave no clip (no speed, the track lost), with the reason."""
+
+    video: str
+    frame_index: int  # where the refused window starts (0 when the whole video is refused)
+    reason: str
+
+
+class VideoClips(Record):
+    """What the real-clips stage made of one video or frame sequence."""
+
+    video: str
+    clips: list[ClipRecord]
+    refusals: list[ClipRefusal]
+    speed_kmh: float | None  # the sidecar's, or the whole video's estimate (each clip has its own window's)
+    speed_source: str | None  # sidecar | estimated (None: no speed, the video refused)
+    estimated_speed_kmh: float | None = None  # what the image motion says over the video (also beside a sidecar)
+    estimated_sigma_kmh: float | None = None
+    fps: float | None = None  # of its clips

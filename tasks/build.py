@@ -25,13 +25,15 @@ from synrail.records import (
     BackgroundRecord,
     ChunkRecord,
     ClipRecord,
+    ClipRefusal,
     GalleryRecord,
     GallerySourceResult,
     InputReport,
     VideoBackgrounds,
+    VideoClips,
 )
 from synrail.sources.video import VideoRef
-from synrail.stages import backgrounds, compose, export, gallery, sequences, videos
+from synrail.stages import backgrounds, compose, export, gallery, real_clips, sequences, videos
 from synrail.storage.code_version import code_version
 from synrail.storage.store import Store
 
@@ -45,6 +47,7 @@ STAGE_SECTIONS: dict[str, tuple[str, ...] | None] = {
     "gallery-source": gallery.SOURCE_CONFIG_SECTIONS,
     "compose": compose.CONFIG_SECTIONS,
     "sequences": sequences.CONFIG_SECTIONS,
+    "real-clips": real_clips.CONFIG_SECTIONS,
     "export": export.CONFIG_SECTIONS,
 }
 
@@ -146,9 +149,18 @@ def compose_clips(cfg: BuildConfig, first: int, stop: int, gallery: list[Gallery
     return sequences.compose_clips(cfg, first, stop, gallery, Store(cache_url), Store(out_url))
 
 
+@task(name="compose-video-clips", retries=2, retry_delay_seconds=1, **_COMMON)
+def compose_video_clips(cfg: BuildConfig, video: VideoRef, position: int, splits: list[tuple[int, str]],
+                        gallery: list[GalleryRecord], cache_url: str, out_url: str) -> VideoClips:
+    """Approach clips on one video's consecutive frames (``synrail.stages.real_clips``)."""
+    return real_clips.compose_video_clips(cfg, video, position, splits, gallery, Store(cache_url), Store(out_url))
+
+
 @task(name="export-dataset", retries=2, retry_delay_seconds=1, **_COMMON)
 def export_dataset(cfg: BuildConfig, chunks: list[ChunkRecord], backgrounds: list[BackgroundRecord],
                    gallery: list[GalleryRecord], report: InputReport, out_url: str,
-                   clips: list[ClipRecord] | None = None) -> export.ExportSummary:
+                   clips: list[ClipRecord] | None = None, clip_refusals: list[ClipRefusal] | None = None
+                   ) -> export.ExportSummary:
     """The dataset-wide documents (``synrail.stages.export``)."""
-    return export.export_dataset(cfg, chunks, backgrounds, gallery, Store(out_url), report, clips or [])
+    return export.export_dataset(cfg, chunks, backgrounds, gallery, Store(out_url), report, clips or [],
+                                 clip_refusals or [])

@@ -36,7 +36,7 @@ from synrail.storage.store import LOCAL_PROTOCOLS
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
-SIDECAR_COLUMNS = ("country", "weather", "track_type", "time_of_day", *CAMERA_COLUMNS)
+SIDECAR_COLUMNS = ("country", "weather", "track_type", "time_of_day", "speed_kmh", *CAMERA_COLUMNS)
 TRACK_TYPES = ("ballasted", "ballastless")
 
 
@@ -206,6 +206,10 @@ def _sidecar_entry(url: str, row_number: int, row: dict[str, Any]) -> tuple[str,
     if track_type is not None and track_type not in TRACK_TYPES:
         raise ValueError(f"video sidecar {url}, row {row_number} ({video}): track_type {track_type!r} "
                          f"is not one of {list(TRACK_TYPES)}")
+    speed = entry.get("speed_kmh")
+    if speed is not None and not _positive_number(speed):
+        raise ValueError(f"video sidecar {url}, row {row_number} ({video}): speed_kmh {speed!r} is not a "
+                         "positive number (km/h)")
     try:
         check_camera_cells(entry)
     except ValueError as exc:
@@ -213,9 +217,17 @@ def _sidecar_entry(url: str, row_number: int, row: dict[str, Any]) -> tuple[str,
     return video, entry
 
 
+def _positive_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text)) and float(text) > 0
+    except ValueError:
+        return False
+
+
 def read_sidecar(url: str, storage_options: dict | None = None) -> dict[str, dict]:
     """Per-video metadata (CSV or Parquet): column ``video`` (file name, or path below the video root)
-    and any of ``country, weather, track_type, time_of_day`` and the camera columns
+    and any of ``country, weather, track_type, time_of_day``, ``speed_kmh`` (the train's speed, for
+    approach clips) and the camera columns
     (``rail.camera.CAMERA_COLUMNS``); empty cells are left out. Row numbers in errors count data
     rows from 1.
 

@@ -26,6 +26,7 @@ from synrail.records import (
     ClipAnnotationRow,
     ClipImageRow,
     ClipRecord,
+    ClipRefusal,
     GalleryRecord,
     ImageRow,
     InputReport,
@@ -80,9 +81,10 @@ def _coco_annotation(row: ManifestAnnotationRow) -> dict[str, Any]:
 
 
 def _clip_image(row: ClipImageRow, clip: ClipRecord) -> dict[str, Any]:
+    rail_area = clip.frame_rail_areas[row.frame_in_clip] if clip.frame_rail_areas else clip.rail_area
     return {"id": row.image_index + 1, "file_name": f"{row.image_id}.jpg", "width": row.width,
             "height": row.height, "condition": row.condition, "track_type": row.track_type,
-            "background_id": row.background_id, "rail_area": clip.rail_area, "clip_id": row.clip_id,
+            "background_id": row.background_id, "rail_area": rail_area, "clip_id": row.clip_id,
             "frame_in_clip": row.frame_in_clip}
 
 
@@ -92,13 +94,25 @@ def _clip_annotation(row: ClipAnnotationRow, annotation_id: int) -> dict[str, An
     return dict(_coco_annotation(manifest), track_id=row.track_id)
 
 
+def _figure(value: float | None, digits: int) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
 def clips_csv(clips: Sequence[ClipRecord]) -> str:
-    """``clips.csv``: one line per clip (what ``synrail evaluate --clips`` reads)."""
-    lines = ["clip_id,split,frames,fps,speed_kmh,event,first_file"]
+    """``clips.csv``: one line per clip (what ``synrail evaluate --clips`` reads), with its source, where
+    its speed came from and, on real footage, its drift figures (empty for procedural clips)."""
+    lines = ["clip_id,split,frames,fps,speed_kmh,event,first_file,source,speed_source,drift_along_m,"
+             "drift_lateral_gauge,drift_depth_m"]
     for c in sorted(clips, key=lambda c: c.clip_index):
         lines.append(f"{c.clip_id},{c.split},{c.frames},{c.fps:g},{c.speed_kmh:.3f},{int(c.event)},"
-                     f"images/{c.split}/{c.clip_id}-0000.jpg")
+                     f"images/{c.split}/{c.clip_id}-0000.jpg,{_csv_cell(c.source)},{c.speed_source},"
+                     f"{_figure(c.drift_along_m, 4)},{_figure(c.drift_lateral_gauge, 4)},{_figure(c.drift_depth_m, 4)}")
     return "\n".join(lines) + "\n"
+
+
+def _csv_cell(text: str) -> str:
+    """A CSV cell: quoted when it holds a comma or a quote (a video's name may)."""
+    return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\n') else text
 
 
 def mot_gt(rows: Sequence[ClipAnnotationRow]) -> str:
@@ -157,7 +171,7 @@ def _write_report(report: InputReport, out: Store) -> None:
 
 def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds: Sequence[BackgroundRecord],
                    gallery: Sequence[GalleryRecord], out: Store, report: InputReport | None = None,
-                   clips: Sequence[ClipRecord] = ()) -> ExportSummary:
+                   clips: Sequence[ClipRecord] = (), clip_refusals: Sequence[ClipRefusal] = ()) -> ExportSummary:
     """Gather the chunks into the dataset-wide documents of the export contract.
 
     Args:
@@ -168,6 +182,7 @@ def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds:
         out: the output store (the chunks' tables are read from it, the documents written to it).
         report: the inputs left out, for the card and the manifests.
         clips: the approach clips (their frames join COCO per split; clips.csv, MOT gt, clip manifests).
+        clip_refusals: stretches of footage that gave no clip, with the reason (manifest and card).
 
     Returns:
         Image and annotation counts per split and per class.
@@ -201,11 +216,13 @@ def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds:
     _write_report(report, out)
     if clips:
         _write_clips(clips, clip_tables, out)
+    if clip_refusals:
+        out.write_bytes("manifest/refused_clips.parquet", rows_bytes(list(clip_refusals), ClipRefusal))
     out.write_text("data.yaml", data_yaml(splits, cfg.classes))
     figures = write_card_figures(out, images, annotations, cfg.classes)
     card = dataset_card(cfg.content_dict(), images, annotations, [b.model_dump() for b in backgrounds],
                         cfg.classes, splits, report)
-    card += clip_card_section(clips, clip_tables)
+    card += clip_card_section(clips, clip_tables) + real_clip_card_section(clips, clip_refusals)
     out.write_text("dataset_card.md", card + "\n## Figures\n\n" + "\n".join(f"![{p}]({p})" for p in figures) + "\n")
     records = BuildRecords(chunks=sorted(chunks, key=lambda c: c.first), backgrounds=list(backgrounds),
                            gallery=list(gallery), report=report, clips=sorted(clips, key=lambda c: c.clip_index))
@@ -250,3 +267,35 @@ def clip_card_section(clips: Sequence[ClipRecord], tables: ClipTables) -> str:
               "Preview (the first clips with obstacles, boxes with track id and distance):", "",
               f"![{CLIP_PREVIEW}]({CLIP_PREVIEW})", ""]
     return "\n".join(lines)
+
+
+def real_clip_card_section(clips: Sequence[ClipRecord], refusals: Sequence[ClipRefusal]) -> str:
+    """The card's table of clips on real footage (speed and its source, drift) and what was refused.
+
+    Args:
+        clips: every clip's record (procedural ones are left out here).
+        refusals: the footage that gave no clip, with reasons.
+
+    Returns:
+        A Markdown section, or "" with neither real clips nor refusals.
+    """
+    real = [c for c in sorted(clips, key=lambda c: c.clip_index) if c.source != "procedural"]
+    if not real and not refusals:
+        return ""
+    lines = ["", "### Clips on real footage", ""]
+    if real:
+        lines += ["Each frame's obstacles are placed with that frame's own geometry from its tracked rails, at "
+                  "`d0 - speed * t` along the track. Drift: the image motion's advance against `speed * t` "
+                  "(largest gap, m), and the largest spread of a track's footprint across the rails (gauges) and "
+                  "of its depth against the rails' gap (m).", "",
+                  "| clip | source | split | frames | fps | speed km/h | speed from | drift along m | "
+                  "drift lateral gauge | drift depth m |", "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {c.clip_id} | {c.source} | {c.split} | {c.frames} | {c.fps:.2f} | {c.speed_kmh:.1f} | "
+                  f"{c.speed_source} | {_figure(c.drift_along_m, 3) or 'n/a'} | "
+                  f"{_figure(c.drift_lateral_gauge, 3) or 'n/a'} | {_figure(c.drift_depth_m, 3) or 'n/a'} |"
+                  for c in real]
+    if refusals:
+        reasons = Counter(r.reason for r in refusals)
+        lines += ["", "Refused (`manifest/refused_clips.parquet`):", ""]
+        lines += [f"- {count} x {reason}" for reason, count in sorted(reasons.items())]
+    return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ from synrail.stages.compose import chunk_ranges, compose_chunk
 from synrail.stages.export import ExportSummary, export_dataset
 from synrail.stages.gallery import prepare_gallery_class, prepare_gallery_source, procedural_classes
 from synrail.stages.inputs import check_inputs, input_report, texture_quarantine
+from synrail.stages.real_clips import compose_video_clips, video_splits, wants_video_clips
 from synrail.stages.sequences import clip_ranges, compose_clips
 from synrail.stages.splits import assign_video_splits
 from synrail.stages.videos import prepare_video_backgrounds, source_videos
@@ -79,4 +80,10 @@ def _build_into(cfg: BuildConfig, out: Store, overwrite: bool) -> ExportSummary:
     chunks = [compose_chunk(cfg, first, stop, backgrounds, gallery, cache, out)
               for first, stop in chunk_ranges(cfg.num_images, cfg.execution.chunk_size)]
     clips = [c for first, stop in clip_ranges(cfg) for c in compose_clips(cfg, first, stop, gallery, cache, out)]
-    return export_dataset(cfg, chunks, backgrounds, gallery, out, report, clips)
+    refusals = []
+    if wants_video_clips(cfg):
+        for position, video in enumerate(source_videos(cfg)):
+            made = compose_video_clips(cfg, video, position, video_splits(backgrounds, video), gallery, cache, out)
+            clips += made.clips
+            refusals += made.refusals
+    return export_dataset(cfg, chunks, backgrounds, gallery, out, report, clips, refusals)

@@ -80,7 +80,10 @@ def clip_splits(cfg: BuildConfig) -> list[str]:
 
 
 def clip_ranges(cfg: BuildConfig) -> list[tuple[int, int]]:
-    """(first, stop) of the clips each task composes."""
+    """(first, stop) of the procedural clips each task composes (none on footage: its clips come from
+    ``synrail.stages.real_clips``, one task per video)."""
+    if cfg.backgrounds.source != "procedural":
+        return []
     return chunk_ranges(cfg.sequences.clips, cfg.execution.clips_per_task)
 
 
@@ -142,7 +145,7 @@ def _frame_background(spec: BackgroundSpec, pose: TrackPose, frame: int, mask: n
                            shadow_scale=SHADOW_SCALE.get(spec.condition, 0.6))
 
 
-class _Weather:
+class ClipWeather:
     """The clip's one weather draw, laid over every frame with the same parameters."""
 
     def __init__(self, cfg: BuildConfig, clip: int, background_condition: str) -> None:
@@ -157,6 +160,15 @@ class _Weather:
             self.effect = weather.weather_effect(self.condition, background_condition)
 
     def apply(self, composite: Composite, geometry: CameraGeometry) -> np.ndarray:
+        """The frame with the clip's weather laid over it.
+
+        Args:
+            composite: the composed frame.
+            geometry: the frame's camera (fog thickens with its depth).
+
+        Returns:
+            The image.
+        """
         if self.effect == "none":
             return composite.image
         depth = self._weather.scene_depth(geometry, [(i.visible_mask, i.distance_m) for i in composite.instances])
@@ -204,7 +216,7 @@ def compose_clip(cfg: BuildConfig, clip: int, split: str, cutouts: dict[str, lis
     obstacles = clip_obstacles(cfg, clip, geometry, cutouts)
     world = {o.track_id: o.world_xz for o in obstacles}
     light = (spec.sun_azimuth_deg, spec.sun_elevation_deg) if cfg.compose.shadow is not None else None
-    weather = _Weather(cfg, clip, spec.condition)
+    weather = ClipWeather(cfg, clip, spec.condition)
     step_m = speed_kmh / 3.6 / seq.fps
     jpeg_params = [cv2.IMWRITE_JPEG_QUALITY, cfg.image.jpeg_quality]
     started: set[int] = set()

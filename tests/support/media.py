@@ -54,3 +54,26 @@ def write_bomb_png(path: Path, width: int = 60000, height: int = 60000) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", rows) + chunk(b"IEND", b""))
     return path
+
+
+def approach_frames(seed: int, n: int, speed_kmh: float, fps: float, width: int = W, height: int = H):
+    """Frames of one procedural scene filmed from a train moving ``speed_kmh`` along its track at
+    ``fps``, and the scene's exact camera (the first frame's; every frame shares it, see TrackPose)."""
+    from synrail.rail.geometry import TrackPose
+
+    spec = sample_background_spec(np.random.default_rng([seed, 17]), width=width, height=height,
+                                  track_types=["ballasted"], conditions={"normal": 1.0},
+                                  camera_height_m=(2.5, 2.6), pitch_deg=(2.8, 3.2), hfov_deg=(60, 60),
+                                  max_curvature=0.0015, max_offset_m=0.05)
+    step = speed_kmh / 3.6 / fps
+    return [render_background(spec, TrackPose.along(spec.geometry, k * step), k) for k in range(n)], spec.geometry
+
+
+def write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> Path:
+    """An mp4 (MPEG-4 part 2) of ``frames`` at ``fps``."""
+    height, width = frames[0].shape[:2]
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (width, height))
+    for frame in frames:
+        writer.write(frame)
+    writer.release()
+    return path

@@ -59,7 +59,7 @@ def test_storage_imports_nothing_above_it():
 def test_every_stage_module_is_wrapped_or_named_as_a_plain_loop():
     stages = {p.stem for p in (ROOT / "synrail" / "stages").glob("*.py")} - {"__init__"}
     assert stages == {"splits", "backgrounds", "videos", "gallery", "inputs", "compose", "export", "versions", "local",
-                      "sequences"}
+                      "sequences", "real_clips"}
 
 
 def test_nothing_outside_the_registry_makes_a_generator():

@@ -276,6 +276,12 @@ def test_parquet_sidecar_and_bad_sidecars(tmp_path):
     bad_column.write_text("video,speed\na.mp4,80\n")
     with pytest.raises(ValueError, match=r"bad_column\.csv.*\['speed'\]"):
         read_sidecar(str(bad_column))
+    speed = tmp_path / "speed.csv"
+    speed.write_text("video,speed_kmh\na.mp4,72.5\nb.mp4,fast\n")
+    with pytest.raises(ValueError, match=r"speed\.csv, row 2 \(b\.mp4\): speed_kmh 'fast' is not a positive number"):
+        read_sidecar(str(speed))
+    speed.write_text("video,speed_kmh\na.mp4,72.5\n")
+    assert read_sidecar(str(speed)) == {"a.mp4": {"speed_kmh": "72.5"}}
     no_video = tmp_path / "no_video.csv"
     no_video.write_text("file,country\na.mp4,DE\n")
     with pytest.raises(ValueError, match=r"no_video\.csv.*missing column 'video'"):

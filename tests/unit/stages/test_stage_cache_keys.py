@@ -120,3 +120,29 @@ def test_compose_stage_reads_only_what_it_declares(tmp_path):
 def test_export_declares_the_whole_config():
     # the card prints the whole configuration, so no section may be left out of its key
     assert export.CONFIG_SECTIONS is None
+
+
+def test_real_clips_stage_reads_only_what_it_declares(tmp_path):
+    from media import approach_frames, write_mp4
+
+    from synrail.stages import real_clips
+
+    folder = tmp_path / "videos"
+    folder.mkdir()
+    frames, _ = approach_frames(2, 6, 50.0, 10.0)
+    write_mp4(folder / "run.mp4", frames, 10.0)
+    (tmp_path / "meta.csv").write_text("video,speed_kmh\nrun.mp4,50\n")
+    cfg = base_config(**{"backgrounds.source": "video", "backgrounds.video": {
+        "url": str(folder), "hfov_deg": 60, "sampling": {"stride": 1, "sidecar": str(tmp_path / "meta.csv")}},
+        "image.width": 640, "image.height": 360, "sequences.clips": 1, "sequences.frames_per_clip": 4,
+        "sequences.first_distance_m": [12, 20]})
+    cache = Store(str(tmp_path / "cache"))
+    gallery_ = gallery.prepare_gallery(cfg, cache)
+    (video,) = list_videos(str(folder))
+    runs = iter(range(1000))
+
+    def run(cfg: BuildConfig) -> Any:
+        out = Store(str(tmp_path / f"out{next(runs)}"))
+        return real_clips.compose_video_clips(cfg, video, 0, [(0, "train")], gallery_, cache, out)
+    assert run(cfg).clips
+    assert_outside_changes_are_invisible("real-clips", run, cfg)
