@@ -1,0 +1,113 @@
+"""Writes the labelled real-frame benchmark folder from the public snapshots it was labelled on.
+
+    python benchmarks/real/extract.py --mirror /work/.mirror --out data/real/bench
+
+The frames themselves carry no licence for reuse, so only our labels are kept here
+(``labels.json``: the ego rails as polylines in each frame's own pixels, ``null`` where no ego track
+is visible). Each label's name says where its frame comes from:
+
+- ``rtd_frame_N.jpg``: ``RTD_USING_YOLO/data/train/images/frame_N.jpg`` of
+  MANASNANDMOHAN/Railway_Track_Detection (Indian loco CCTV);
+- ``eu_fNNNNNN.jpg``: frame NNNNNN (0-based, read in order) of ``utils/example.mp4`` of
+  Sampson-Lee/Rail-Detection (a European cab video); ``slab_example.jpg``: its ``utils/example.jpg``;
+- ``elephant_fNNNNNN.jpg``: frame NNNNNN of ``input_video/sample2.mp4``, ``animal_NAME.jpg``:
+  ``input_images/NAME.jpg`` of anurag-singh12219/Deep-Learning-Based-Technique-for-Animal-Detection-on-Railway-Track;
+- ``tram_NAME.jpg``: ``assets/img/NAME.jpg`` of ifs-rwth-aachen/smarttram;
+- ``null_NAME.jpg``: ``images/real_images/NAME.jpg`` of 1960675737/MFCM-for-Image-Harmonization
+  (photographs without any track: a detection there is a false one).
+
+``--mirror`` is the folder the search tool's ``fetch`` fills (``owner+name/repo`` bare git folders).
+Every frame is written as it is decoded (OpenCV, JPEG quality 95 for video frames; stills copied).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+
+HERE = Path(__file__).resolve().parent
+
+# prefix -> (repository, commit, path template of a still, or of the video for "_fNNNNNN" names)
+SOURCES = {
+    "rtd": ("MANASNANDMOHAN/Railway_Track_Detection", "2f12e84b8d7784bd9ace43741110983a0e3468d0",
+            "RTD_USING_YOLO/data/train/images/{name}.jpg"),
+    "eu": ("Sampson-Lee/Rail-Detection", "e7ce9280411f4abf0aa5d06be8cd10a318f67e6d", "utils/example.mp4"),
+    "slab": ("Sampson-Lee/Rail-Detection", "e7ce9280411f4abf0aa5d06be8cd10a318f67e6d", "utils/{name}.jpg"),
+    "elephant": ("anurag-singh12219/Deep-Learning-Based-Technique-for-Animal-Detection-on-Railway-Track",
+                 "d420205db3e4bf86fb60540c6896030536497e06", "input_video/sample2.mp4"),
+    "animal": ("anurag-singh12219/Deep-Learning-Based-Technique-for-Animal-Detection-on-Railway-Track",
+               "d420205db3e4bf86fb60540c6896030536497e06", "input_images/{name}.jpg"),
+    "tram": ("ifs-rwth-aachen/smarttram", "9242dc6c285d2d2075edc75d638107f9cfd9629e", "assets/img/{name}.jpg"),
+    "null": ("1960675737/MFCM-for-Image-Harmonization", "fb29373a553af88f96e21355a1e537e6fe43241b",
+             "images/real_images/{name}.jpg"),
+}
+VIDEO_FRAME = re.compile(r"^f(\d+)$")
+
+
+def git_show(mirror: Path, repo: str, commit: str, path: str) -> bytes:
+    """One file of a fetched snapshot (``mirror/owner+name/repo`` is a bare git folder)."""
+    git_dir = mirror / repo.replace("/", "+") / "repo"
+    return subprocess.run(["git", f"--git-dir={git_dir}", "show", f"{commit}:{path}"],
+                          check=True, capture_output=True).stdout
+
+
+def video_frames(video: Path, indices: set[int]) -> dict[int, object]:
+    """The frames at ``indices``, read in order (seeking is not exact on every codec)."""
+    capture, frames, index = cv2.VideoCapture(str(video)), {}, 0
+    while indices - frames.keys():
+        ok, frame = capture.read()
+        if not ok:
+            break
+        if index in indices:
+            frames[index] = frame
+        index += 1
+    capture.release()
+    missing = sorted(indices - frames.keys())
+    if missing:
+        raise SystemExit(f"{video}: frames {missing} are past its end")
+    return frames
+
+
+def extract(mirror: Path, out: Path, labels: dict) -> None:
+    """Writes every labelled frame and ``labels.json`` into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    by_video: dict[str, dict[int, str]] = {}
+    for name in sorted(labels):
+        prefix, stem = Path(name).stem.split("_", 1)
+        repo, commit, template = SOURCES[prefix]
+        match = VIDEO_FRAME.match(stem)
+        if template.endswith(".mp4") and match:
+            by_video.setdefault(prefix, {})[int(match.group(1))] = name
+        else:
+            (out / name).write_bytes(git_show(mirror, repo, commit, template.format(name=stem)))
+    for prefix, wanted in by_video.items():
+        repo, commit, template = SOURCES[prefix]
+        video = out / f".{prefix}.mp4"
+        video.write_bytes(git_show(mirror, repo, commit, template))
+        for index, frame in video_frames(video, set(wanted)).items():
+            cv2.imwrite(str(out / wanted[index]), frame, [cv2.IMWRITE_JPEG_QUALITY, 95])
+        video.unlink()
+    (out / "labels.json").write_text(json.dumps(labels, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mirror", type=Path, required=True, help="folder of fetched snapshots")
+    parser.add_argument("--out", type=Path, required=True, help="benchmark folder to write")
+    parser.add_argument("--labels", type=Path, default=HERE / "labels.json")
+    args = parser.parse_args()
+    try:
+        extract(args.mirror, args.out, json.loads(args.labels.read_text()))
+    except subprocess.CalledProcessError as error:
+        sys.exit(f"cannot read a snapshot: {error.stderr.decode().strip()}")
+
+
+if __name__ == "__main__":
+    main()
