@@ -49,6 +49,7 @@ class BuildRecords(BaseModel):
     gallery: list[GalleryRecord]
     report: InputReport
     clips: list[ClipRecord] = []  # written only when there are clips (a stills build keeps its bytes)
+    clip_refusals: list[ClipRefusal] = []  # likewise, only when some footage gave no clip
 
 
 def read_build_records(out: Store) -> BuildRecords:
@@ -225,8 +226,10 @@ def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds:
     card += clip_card_section(clips, clip_tables) + real_clip_card_section(clips, clip_refusals)
     out.write_text("dataset_card.md", card + "\n## Figures\n\n" + "\n".join(f"![{p}]({p})" for p in figures) + "\n")
     records = BuildRecords(chunks=sorted(chunks, key=lambda c: c.first), backgrounds=list(backgrounds),
-                           gallery=list(gallery), report=report, clips=sorted(clips, key=lambda c: c.clip_index))
-    out.write_text(BUILD_RECORDS, records.model_dump_json(exclude=set() if clips else {"clips"}))
+                           gallery=list(gallery), report=report, clips=sorted(clips, key=lambda c: c.clip_index),
+                           clip_refusals=list(clip_refusals))
+    empty = {name for name in ("clips", "clip_refusals") if not getattr(records, name)}
+    out.write_text(BUILD_RECORDS, records.model_dump_json(exclude=empty))
     all_annotations = [*annotations, *clip_tables.annotations]
     split_of_clip = {c.clip_id: c.split for c in clips}
     return ExportSummary(

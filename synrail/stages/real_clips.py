@@ -125,6 +125,11 @@ def video_clip_slots(cfg: BuildConfig, position: int) -> range:
     return range(position * cfg.sequences.clips, (position + 1) * cfg.sequences.clips)
 
 
+def video_source(video: VideoRef) -> str:
+    """The ``source`` its background records and clips carry: ``video:<name>`` or ``frames:<name>``."""
+    return f"{'frames' if video.is_sequence else 'video'}:{video.name}"
+
+
 def video_splits(backgrounds: Sequence[BackgroundRecord], video: VideoRef) -> list[tuple[int, str]]:
     """(frame index, split) of the video's background frames, which decide its clips' splits.
 
@@ -135,9 +140,8 @@ def video_splits(backgrounds: Sequence[BackgroundRecord], video: VideoRef) -> li
     Returns:
         Its frames' indices and splits, in frame order; empty when none of its frames was usable.
     """
-    kind = "frames" if video.is_sequence else "video"
     return sorted((b.frame_index, b.split) for b in backgrounds
-                  if b.source == f"{kind}:{video.name}" and b.frame_index is not None)
+                  if b.source == video_source(video) and b.frame_index is not None)
 
 
 def wants_video_clips(cfg: BuildConfig) -> bool:
@@ -341,7 +345,8 @@ def _split_for(splits: Sequence[tuple[int, str]], frame_index: int) -> str:
 
 
 def compose_video_clips(cfg: BuildConfig, video: VideoRef, position: int, splits: Sequence[tuple[int, str]],
-                        gallery: Sequence[GalleryRecord], cache: Store, out: Store) -> VideoClips:
+                        gallery: Sequence[GalleryRecord], cache: Store, out: Store,
+                        first_image_index: int | None = None) -> VideoClips:
     """Every clip of one video or frame sequence, or why it gives none.
 
     Args:
@@ -352,6 +357,9 @@ def compose_video_clips(cfg: BuildConfig, video: VideoRef, position: int, splits
         gallery: the obstacle cutouts (read from ``cache``).
         cache: the build's cache store.
         out: the output store.
+        first_image_index: the image index of its first slot's first frame, the slots' frames following
+            on (a versioned build numbers each video's clip frames after its stills); None: after the
+            build's ``num_images`` stills (``sequences.frame_image_index``).
 
     Returns:
         The clips, the refused windows with their reasons, and the speed used and measured.
@@ -400,8 +408,16 @@ def compose_video_clips(cfg: BuildConfig, video: VideoRef, position: int, splits
                                    geometry=frames[k].geometry, rails=frames[k].rails,
                                    measured_step_m=None if j == 0 else measured(advances[k - 1], stretch))
                        for j, k in enumerate(window)]
-        clips.append(compose_real_clip(cfg, clip, _split_for(splits, first), source, clip_frames, cutouts, out))
+        clips.append(compose_real_clip(cfg, clip, _split_for(splits, first), source, clip_frames, cutouts, out,
+                                       _first_image_index(cfg, clip, position, first_image_index)))
     return VideoClips(video=video.name, clips=clips, refusals=refusals, **report)
+
+
+def _first_image_index(cfg: BuildConfig, clip: int, position: int, first_image_index: int | None) -> int:
+    """The image index of the clip's first frame (see ``compose_video_clips``)."""
+    if first_image_index is None:
+        return frame_image_index(cfg, clip, 0)
+    return first_image_index + (clip - video_clip_slots(cfg, position).start) * cfg.sequences.frames_per_clip
 
 
 def _moved(obstacle: TrackedObstacle, first: CameraGeometry, geometry: CameraGeometry, advance_m: float
@@ -450,10 +466,10 @@ def _rails_measures(frame: WindowFrame, u: float, v: float) -> tuple[float | Non
     return (lateral if math.isfinite(lateral) else None), (residual if math.isfinite(residual) else None)
 
 
-def _frame_rows(cfg: BuildConfig, clip: int, frame: int, split: str, out_frame: ClipFrame, wf: WindowFrame,
-                source: ClipSource, condition: str, sha: str, world: dict[int, tuple[float, float]],
+def _frame_rows(cfg: BuildConfig, clip: int, frame: int, index: int, split: str, out_frame: ClipFrame,
+                wf: WindowFrame, source: ClipSource, condition: str, sha: str, world: dict[int, tuple[float, float]],
                 measured: float | None) -> tuple[ClipImageRow, list[ClipAnnotationRow]]:
-    index, stem = frame_image_index(cfg, clip, frame), frame_stem(clip, frame)
+    stem = frame_stem(clip, frame)
     rows = []
     for base, tracked in zip(annotation_rows(index, as_composite(out_frame), cfg), out_frame.instances, strict=True):
         lateral, residual = _rails_measures(wf, *tracked.ground_uv_px)
@@ -495,7 +511,8 @@ def _spread(rows: Sequence[ClipAnnotationRow], field: str) -> float | None:
 
 
 def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSource, frames: Sequence[WindowFrame],
-                      cutouts: dict[str, list[GalleryCutout]], out: Store) -> ClipRecord:
+                      cutouts: dict[str, list[GalleryCutout]], out: Store, first_image_index: int | None = None
+                      ) -> ClipRecord:
     """Compose and write one clip on real frames; return its record with its drift figures.
 
     Args:
@@ -506,11 +523,13 @@ def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSourc
         frames: the window's frames, in order.
         cutouts: the gallery by class.
         out: the output store.
+        first_image_index: its first frame's image index (None: ``sequences.frame_image_index``).
 
     Returns:
         The clip's record.
     """
     first = frames[0].geometry
+    first_index = frame_image_index(cfg, clip, 0) if first_image_index is None else first_image_index
     obstacles = clip_obstacles(cfg, clip, first, cutouts)
     world = {o.track_id: o.world_xz for o in obstacles}
     weather = ClipWeather(cfg, clip, source.condition)
@@ -541,7 +560,8 @@ def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSourc
         image = weather.apply(as_composite(out_frame), wf.geometry)
         stem = frame_stem(clip, frame)
         sha = out.write_bytes(f"images/{split}/{stem}.jpg", encode_image(image, ".jpg", jpeg_params))
-        row, rows = _frame_rows(cfg, clip, frame, split, out_frame, wf, source, weather.condition, sha, world,
+        row, rows = _frame_rows(cfg, clip, frame, first_index + frame, split, out_frame, wf, source, weather.condition,
+                                sha, world,
                                 None if frame and wf.measured_step_m is None else measured[frame])
         out.write_text(f"labels/{split}/{stem}.txt", "".join(
             yolo_line(r.category_id, r.bbox, cfg.image.width, cfg.image.height) + "\n" for r in rows))
@@ -554,13 +574,12 @@ def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSourc
     out.write_bytes(images_path, images_blob)
     out.write_bytes(annotations_path, annotations_blob)
     expected = [source.speed_kmh / 3.6 * f.time_s for f in frames]
-    kind = "frames" if source.video.is_sequence else "video"
     return ClipRecord(
         clip_index=clip, clip_id=clip_id(clip), split=split, frames=len(frames), fps=source.fps,
-        speed_kmh=source.speed_kmh, event=bool(started), first_image_index=frame_image_index(cfg, clip, 0),
+        speed_kmh=source.speed_kmh, event=bool(started), first_image_index=first_index,
         images_path=images_path, annotations_path=annotations_path, sha256=key, num_annotations=len(annotations),
         condition=weather.condition, track_type=source.track_type, geometry=first,
-        rail_area=encode_rle(first.track_mask()), source=f"{kind}:{source.video.name}",
+        rail_area=encode_rle(first.track_mask()), source=video_source(source.video),
         speed_source=source.speed_source, frame_rail_areas=[encode_rle(f.geometry.track_mask()) for f in frames],
         drift_along_m=max(abs(m - e) for m, e in zip(measured, expected, strict=True)),
         drift_lateral_gauge=_spread(annotations, "lateral_gauge"),

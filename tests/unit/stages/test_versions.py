@@ -1,6 +1,7 @@
 """Versioned datasets: the pointer switch, the incremental version made only from new videos, and
 the watcher that finds them (flows under Prefect's test harness, one server for this module)."""
 
+import csv
 import filecmp
 import json
 import os
@@ -268,3 +269,72 @@ def test_overlapping_runs_queue_and_a_full_build_keeps_the_per_video_size(harnes
         assert filecmp.cmp(v2 / label, v3 / label, shallow=False)
     unchanged = build_version(TINY, dataset, overrides)  # not forced: nothing changed
     assert (unchanged.published, unchanged.version) == (False, "v0003")
+
+
+SEQUENCES = str(ROOT / "configs" / "tiny-sequences.yaml")
+
+
+def clip_overrides(videos: Path, sidecar: Path) -> dict:
+    return {"backgrounds.source": "video", "image.width": W, "image.height": H,
+            "backgrounds.video": {"url": str(videos), "hfov_deg": 60,
+                                  "sampling": {"stride": 2, "sidecar": str(sidecar)}},
+            "splits": {"train": 1.0, "val": 0.0, "test": 0.0}, "gallery.per_class": 1,
+            "ingest.images_per_video": 2, "execution.chunk_size": 2, "sequences.clips": 1,
+            "sequences.frames_per_clip": 5, "sequences.first_distance_m": [12, 25]}
+
+
+def clip_files(version: Path) -> dict[str, bytes]:
+    """Every clip file of a version: frames, labels, clips.csv and MOT ground truth."""
+    found = [*version.glob("images/*/clip*.jpg"), *version.glob("labels/*/clip*.txt"), version / "clips.csv",
+             *version.glob("clips/*/gt/gt.txt")]
+    return {str(p.relative_to(version)): p.read_bytes() for p in found}
+
+
+def test_versions_make_each_videos_approach_clips_and_a_full_build_equals_the_history(harness, tmp_path):
+    """A video-sourced config with sequences.clips > 0: each version adds its new videos' clips (clips.csv,
+    gt, frames after each video's stills), keeps its parent's, and a forced full build reproduces the
+    history file for file; a video's clip frames are the bytes the plain build makes of that video."""
+    from media import approach_frames, write_mp4
+
+    from synrail.stages.local import build_in_process
+
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    sidecar = tmp_path / "meta.csv"
+    sidecar.write_text("video,speed_kmh\nrun0.mp4,50\nrun1.mp4,50\n")
+    write_mp4(videos / "run0.mp4", approach_frames(1, 8, 50.0, 10.0)[0], 10.0)
+    dataset = str(tmp_path / "dataset")
+    overrides = clip_overrides(videos, sidecar)
+    first = ingest_new_videos(SEQUENCES, dataset, overrides)
+    assert (first.version, first.num_images) == ("v0001", 2) and "1 clip(s)" in first.reason
+    v1 = tmp_path / "dataset/versions/v0001"
+    assert validate_dataset(v1) == []
+    (row,) = list(csv.DictReader((v1 / "clips.csv").open()))
+    assert row["source"] == "video:run0.mp4" and (v1 / f"clips/{row['clip_id']}/gt/gt.txt").exists()
+    frames = pq.read_table(v1 / "manifest/clip_frames.parquet").to_pylist()
+    assert [r["image_index"] for r in frames] == [2, 3, 4, 5, 6]  # after the video's 2 stills
+
+    alone = tmp_path / "plain"  # the plain build of this one video: the same clip frames
+    build_in_process(load_config(SEQUENCES, {**overrides, "num_images": 2}), str(alone))
+    assert {k: v for k, v in clip_files(alone).items() if k.endswith(".jpg")} == {
+        k: v for k, v in clip_files(v1).items() if k.endswith(".jpg")}
+
+    write_mp4(videos / "run1.mp4", approach_frames(2, 8, 50.0, 10.0)[0], 10.0)
+    second = ingest_new_videos(SEQUENCES, dataset, overrides)
+    assert (second.version, second.new_videos) == ("v0002", ["run1.mp4"])
+    v2 = tmp_path / "dataset/versions/v0002"
+    assert validate_dataset(v2) == []
+    rows = list(csv.DictReader((v2 / "clips.csv").open()))
+    assert [r["source"] for r in rows] == ["video:run0.mp4", "video:run1.mp4"]
+    assert {k: v for k, v in clip_files(v2).items() if "clip00000" in k} == {
+        k: v for k, v in clip_files(v1).items() if "clip00000" in k}  # carried over, not recomposed
+    frames = pq.read_table(v2 / "manifest/clip_frames.parquet").to_pylist()
+    assert [r["image_index"] for r in frames] == [2, 3, 4, 5, 6, 9, 10, 11, 12, 13]
+
+    full = build_version(SEQUENCES, dataset, overrides, force=True)
+    v3 = tmp_path / "dataset/versions/v0003"
+    assert full.version == "v0003" and validate_dataset(v3) == []
+    assert clip_files(v3) == clip_files(v2)
+    for rel in ("manifest/clip_frames.parquet", "manifest/clip_annotations.parquet",
+                *(str(p.relative_to(v2)) for p in v2.glob("images/*/*.jpg"))):
+        assert filecmp.cmp(v2 / rel, v3 / rel, shallow=False), rel
