@@ -49,6 +49,7 @@ from synrail.rail.motion import (
     ground_strip,
     lateral_gauge,
     measured,
+    rails_column,
     rails_depth_m,
     speed_from_advances,
 )
@@ -225,7 +226,8 @@ def track_frames(cfg: BuildConfig, video: VideoRef, settings: CameraSettings
             found.append((frame.frame_index, None, None, f"no track: {result.reason}"))
             continue
         evidence = frame_evidence(prepared, replace(detection, mask=np.zeros((0, 0), dtype=bool)), settings)
-        found.append((frame.frame_index, evidence, RailPair.of(detection.left_fit, detection.right_fit), None))
+        seen = (detection.top_row, cfg.image.height - 1 if detection.bottom_row is None else detection.bottom_row)
+        found.append((frame.frame_index, evidence, RailPair.of(detection.left_fit, detection.right_fit, seen), None))
     camera = solve_sequence_camera([e for _, e, _, _ in found if e is not None], settings, source_width=source_width,
                                    frame_width=cfg.image.width, frame_height=cfg.image.height)
     tracked = []
@@ -420,13 +422,37 @@ def _first_image_index(cfg: BuildConfig, clip: int, position: int, first_image_i
     return first_image_index + (clip - video_clip_slots(cfg, position).start) * cfg.sequences.frames_per_clip
 
 
-def _moved(obstacle: TrackedObstacle, first: CameraGeometry, geometry: CameraGeometry, advance_m: float
-           ) -> TrackedObstacle:
+def _placed(obstacle: TrackedObstacle, first: CameraGeometry, frame: WindowFrame, advance_m: float
+            ) -> tuple[TrackedObstacle, float | None]:
     """The obstacle in a later frame's own ground frame: ``advance_m`` nearer along the track, at the
-    same offset from the centreline as in the first frame."""
+    same offset from the centre line as in the first frame.
+
+    The row comes from the frame's geometry (its depth), the column from the frame's tracked rails
+    where they were seen on that row: their midpoint, their gap as the gauge. A frame's parabolic
+    centre line can leave the real rails far away on a curve (0.3 gauge at 35-53 m on a real one);
+    the rails cannot. Where they were not seen the geometry places it (and the rails' area refuses it).
+
+    Returns:
+        The moved obstacle, and how far (gauges) the rails moved it off the geometry's place (None:
+        placed by the geometry).
+    """
     x, along = obstacle.world_xz
     lateral = x - float(first.track_centre_x(along))
-    return replace(obstacle, world_xz=track_point_xz(geometry, along - advance_m, lateral))
+    g = frame.geometry
+    gx, z = track_point_xz(g, along - advance_m, lateral)
+    _, v = g.project(np.array([gx]), np.zeros(1), np.array([z]))
+    u = None if frame.rails is None else rails_column(frame.rails, float(v[0]), lateral, g.gauge_m, g.rail_head_m)
+    if u is None:
+        return replace(obstacle, world_xz=(gx, z)), None
+    rx, _ = g.ground_point(np.array([u]), v)  # the same Z: a ground point's row depends on its depth only
+    return replace(obstacle, world_xz=(float(rx[0]), z)), abs(float(rx[0]) - gx) / g.gauge_m
+
+
+def _frame_area(frame: WindowFrame) -> np.ndarray:
+    """The frame's track area: between its tracked rails on the rows they were seen (as a still's),
+    the geometry's only for a frame without rails."""
+    g = frame.geometry
+    return g.track_mask() if frame.rails is None else frame.rails.area(g.width, g.height)
 
 
 def _steady_reach(frames: Sequence[WindowFrame], speed_kmh: float) -> list[float]:
@@ -540,6 +566,8 @@ def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSourc
         light = light_from_image(frames[0].image, cfg.compose.shadow, first)
     measured = _measured_advances(frames, source.speed_kmh)
     reach = _steady_reach(frames, source.speed_kmh)
+    areas = [_frame_area(f) for f in frames]
+    shifts: list[float] = []
     jpeg_params = [cv2.IMWRITE_JPEG_QUALITY, cfg.image.jpeg_quality]
     started: set[int] = set()
     ended: set[int] = set()
@@ -547,9 +575,10 @@ def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSourc
     annotations: list[ClipAnnotationRow] = []
     for frame, wf in enumerate(frames):
         advance = source.speed_kmh / 3.6 * wf.time_s
-        mask = wf.geometry.track_mask()
-        moved = [_moved(o, first, wf.geometry, advance) for o in obstacles if o.track_id not in ended]
-        live = [o for o in moved if world[o.track_id][1] <= reach[frame] and _on_track_area(o, wf.geometry, mask)]
+        mask = areas[frame]
+        placed = {o.track_id: _placed(o, first, wf, advance) for o in obstacles if o.track_id not in ended}
+        live = [o for o, _ in placed.values()
+                if world[o.track_id][1] <= reach[frame] and _on_track_area(o, wf.geometry, mask)]
         out_frame = compose_clip_frame(
             _background(wf, source.condition, mask), live, TrackPose.along(wf.geometry, 0.0), cfg.compose, light,
             clip_rng(cfg.seed, clip, ClipDraw.FRAME, frame),
@@ -557,6 +586,7 @@ def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSourc
         shown = {t.track_id for t in out_frame.instances}
         ended |= started - shown
         started |= shown
+        shifts += [s for track, (_, s) in placed.items() if track in shown and s is not None]
         image = weather.apply(as_composite(out_frame), wf.geometry)
         stem = frame_stem(clip, frame)
         sha = out.write_bytes(f"images/{split}/{stem}.jpg", encode_image(image, ".jpg", jpeg_params))
@@ -579,8 +609,9 @@ def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSourc
         speed_kmh=source.speed_kmh, event=bool(started), first_image_index=first_index,
         images_path=images_path, annotations_path=annotations_path, sha256=key, num_annotations=len(annotations),
         condition=weather.condition, track_type=source.track_type, geometry=first,
-        rail_area=encode_rle(first.track_mask()), source=video_source(source.video),
-        speed_source=source.speed_source, frame_rail_areas=[encode_rle(f.geometry.track_mask()) for f in frames],
+        rail_area=encode_rle(areas[0]), source=video_source(source.video),
+        speed_source=source.speed_source, frame_rail_areas=[encode_rle(a) for a in areas],
+        geometry_shift_gauge=max(shifts) if shifts else None,
         drift_along_m=max(abs(m - e) for m, e in zip(measured, expected, strict=True)),
         drift_lateral_gauge=_spread(annotations, "lateral_gauge"),
         drift_depth_m=_spread(annotations, "depth_residual_m"))
