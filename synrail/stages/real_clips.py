@@ -12,16 +12,19 @@ The train's speed is the sidecar's ``speed_kmh``, else the one the ground's imag
 tracked rails implies over the clip's own frames (``rail.motion``: a train speeds up and slows
 down); with neither, the clip (or the whole video) is refused with the reason. An
 obstacle stands ``d0`` metres along the track (and a drawn lateral offset from its centre) in the
-first frame, and at ``d0 - speed * t`` in each later frame, placed with that frame's own geometry
-(shown once its footprint lies on the frame's track area, which ends where the rails were seen).
+first frame, and at ``d0 - speed * t`` in each later frame: its row (depth) from that frame's own
+geometry, its column on that frame's tracked rails (their midpoint, their gap as the gauge), the
+geometry placing it only where no rails were seen; it is shown once its footprint lies on the
+frame's track area, the area between the rails on the rows they were seen (as a still's).
 The rest is as for procedural clips (one cutout, light and weather draw per clip, sensor noise per
 frame, tracks that end, the same rows and files). Each clip also reports how far a fixed ground
 point would drift: the measured advance against ``speed * t``, and the spread of each track's
 footprint across the rails (gauge units) and of its depth against the rails' gap.
 
-Clip numbers are slots: the video at position ``p`` of the sorted listing owns clips
-``p * clips .. (p + 1) * clips - 1`` (refused ones leave gaps), so a clip's bytes depend on its video
-and the config only, never on the chunking or on other videos.
+Clip numbers are slots: the video at position ``p`` of the sorted listing (in a versioned root, its
+ordinal among the videos looked at) owns clips ``p * clips .. (p + 1) * clips - 1`` (refused ones
+leave gaps), so a clip's bytes depend on its video, its position and the config only, never on the
+chunking.
 """
 
 from __future__ import annotations
