@@ -232,7 +232,9 @@ def video_block(cfg: BuildConfig) -> int:
 
 def next_image_index(cfg: BuildConfig, parent: BuildRecords | None) -> int:
     """The first image index a version adds on top of ``parent`` (0 without one): past every block
-    of the parent's videos with usable frames (a refused clip leaves its room unused).
+    of the parent's videos with usable frames (a refused clip leaves its room unused), and past every
+    index the parent used (a parent made by a plain build, as a frames-sourced full version is,
+    numbers its stills to ``num_images`` and its clip frames after them).
 
     Args:
         cfg: the build config.
@@ -241,7 +243,10 @@ def next_image_index(cfg: BuildConfig, parent: BuildRecords | None) -> int:
     Returns:
         The index.
     """
-    return 0 if parent is None else len({b.source for b in parent.backgrounds}) * video_block(cfg)
+    if parent is None:
+        return 0
+    used = [c.stop for c in parent.chunks] + [c.first_image_index + c.frames for c in parent.clips]
+    return max([len({b.source for b in parent.backgrounds}) * video_block(cfg), *used])
 
 
 def _by_video(backgrounds: Sequence[BackgroundRecord]) -> dict[str, list[BackgroundRecord]]:

@@ -20,7 +20,7 @@ from flows.watch import watch_videos
 from synrail.config import load_config
 from synrail.export.validate import validate_dataset
 from synrail.rail.geometry import CameraGeometry
-from synrail.records import BackgroundRecord, InputReport
+from synrail.records import BackgroundRecord, ChunkRecord, InputReport
 from synrail.stages.export import BuildRecords
 from synrail.stages.versions import (
     LATEST,
@@ -102,6 +102,9 @@ def test_clip_frames_take_a_block_after_each_videos_stills():
     assert [(c.position, c.first_image_index) for c in calls] == [(4, 27), (5, None), (6, 38)]  # b: no frames
     parent = BuildRecords(chunks=[], backgrounds=backgrounds, gallery=[], report=InputReport())
     assert next_image_index(cfg, parent) == 2 * 11 and next_image_index(cfg, None) == 0
+    plain = parent.model_copy(update={"chunks": [ChunkRecord(first=0, stop=100, images_path="", annotations_path="",
+                                                             sha256="", num_images=100, num_annotations=0)]})
+    assert next_image_index(cfg, plain) == 100  # a plain build's parent: past its num_images stills
     assert clip_plan(load_config(TINY, {"sequences.clips": 2}), videos, 0, 0, backgrounds) == []  # procedural
 
 
