@@ -10,7 +10,8 @@ stage (``synrail.stages.real_clips``). ``--speed-kmh`` plays the sidecar's ``spe
 the speed is the one the image motion gives (or the video is refused, with the reason). Prints the
 speed used and the one measured, the clip rate, every clip's drift (advance measured against
 ``speed * t``, the largest spread of a track's footprint across the rails in gauges and of its
-depth against the rails' gap), the windows refused, and the time: tracking the frames alone, and
+depth against the rails' gap; and how far, in gauges, placing the footprints on the tracked rails
+moved them off the frame geometry's centre line), the windows refused, and the time: tracking the frames alone, and
 the whole stage per composed clip frame. Frames land in ``--out`` (a temporary folder by default).
 """
 
@@ -22,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -94,21 +97,45 @@ def main(argv: list[str] | None = None) -> None:
           f"tracking {1000 * tracking_s / max(len(frames), 1):.0f} ms/frame")
     for note in notes:
         print(f"  camera: {note}")
+    print(geometry_against_rails(frames))
     measured = ("n/a" if made.estimated_speed_kmh is None
                 else f"{made.estimated_speed_kmh:.1f} ± {made.estimated_sigma_kmh:.1f} km/h")
     given = "none" if args.speed_kmh is None else f"{args.speed_kmh:g} km/h"
     used = "none" if made.speed_kmh is None else f"{made.speed_kmh:.1f} km/h ({made.speed_source})"
     print(f"speed: sidecar {given}; image motion along the rails {measured}; used {used}")
-    print("clip        frames  video-frame  event  drift_along_m  drift_lateral_gauge  drift_depth_m")
+    print("clip        frames  video-frame  event  drift_along_m  drift_lateral_gauge  drift_depth_m  "
+          "geometry_shift_gauge")
     for c in made.clips:
         first = read_rows(out, c.images_path, ClipImageRow)[0].background_id.rsplit("/", 1)[1]
         print(f"{c.clip_id}  {c.frames:6d}  {int(first):11d}  {int(c.event):5d}  "
-              f"{_fmt(c.drift_along_m):>13}  {_fmt(c.drift_lateral_gauge):>19}  {_fmt(c.drift_depth_m):>13}")
+              f"{_fmt(c.drift_along_m):>13}  {_fmt(c.drift_lateral_gauge):>19}  {_fmt(c.drift_depth_m):>13}  "
+              f"{_fmt(c.geometry_shift_gauge):>20}")
     for r in made.refusals:
         print(f"refused at frame {r.frame_index}: {r.reason}")
     composed = sum(c.frames for c in made.clips)
     print(f"stage: {stage_s:.1f} s for {composed} clip frames ({composed / stage_s:.2f} clip frames/s, reading and "
           f"tracking every source frame included); frames in {out.root_url}/images/train")
+
+
+def geometry_against_rails(frames: list) -> str:
+    """How far each frame's parabolic centre line lies from its tracked rails' midpoint over the rows
+    they were seen (gauges): what placing obstacles on the rails corrects."""
+    worst = []
+    for f in frames:
+        if f.geometry is None or f.rails is None:
+            continue
+        g, (top, bottom) = f.geometry, f.rails.rows
+        rows = np.arange(max(top, int(g.horizon_v()) + 2), bottom + 1, dtype=np.float64)
+        x, z = g.ground_point(np.array([f.rails.gap_and_centre(v)[1] for v in rows]), rows)
+        off = np.abs(x - g.track_centre_x(z)) / g.gauge_m
+        k = int(np.nanargmax(off))
+        worst.append((float(off[k]), float(z[k])))
+    if not worst:
+        return "geometry against rails: no frame"
+    values = np.array([w for w, _ in worst])
+    far = max(worst)
+    return (f"geometry centre line against the tracked rails' midpoint (largest per frame, over the rows they were "
+            f"seen): median {np.median(values):.3f}, max {far[0]:.3f} gauge (at {far[1]:.0f} m)")
 
 
 def _fmt(value: float | None) -> str:

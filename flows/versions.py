@@ -17,16 +17,19 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from flows.build_dataset import build_dataset, compose_chunks, export, submit_gallery
 from synrail.config import BuildConfig, load_config
 from synrail.errors import InputError
-from synrail.records import BackgroundRecord, InputReport, VideoBackgrounds
+from synrail.records import BackgroundRecord, GalleryRecord, InputReport, VideoBackgrounds, VideoClips
 from synrail.sources.video import VideoRef
 from synrail.stages.export import BuildRecords, read_build_records
 from synrail.stages.inputs import input_report
+from synrail.stages.real_clips import video_splits
 from synrail.stages.versions import (
     VersionSummary,
     carry_over,
     claim_version_folder,
+    clip_plan,
     latest_version,
     merged_records,
+    next_image_index,
     next_version,
     per_video_plan,
     prune_unreferenced,
@@ -154,21 +157,39 @@ def _video_version(config: BuildConfig, root: Store, videos: list[VideoRef], par
         raise InputError(f"no usable background in any of the {len(videos)} videos ({len(report.quarantine)} "
                          "quarantined): add videos or loosen backgrounds.video.sampling.filters")
     backgrounds, report = _with_parent(parent, new_backgrounds, report)
-    first = sum(c.num_images for c in parent.chunks) if parent else 0
+    first = next_image_index(config, parent)
     plan = per_video_plan(config, first, new_backgrounds)
+    first_position = len(parent.report.videos) if parent else 0
+    clip_futures = _submit_clips(config, videos, first_position, first, new_backgrounds, gallery, cache_url, out)
     new_chunks = compose_chunks(config, [(c.first, c.stop, c.splits) for c in plan], new_backgrounds, gallery,
                                 cache_url, out, chunk_backgrounds=[c.backgrounds for c in plan])
+    made = t.as_records(VideoClips, [f.result() for f in clip_futures])
+    new_clips = [c for m in made for c in m.clips]
     chunks = (parent.chunks if parent else []) + new_chunks
-    export(config, chunks, backgrounds, gallery, report, cache_url, out)
-    prune_unreferenced(out, chunks)
+    clips = (parent.clips if parent else []) + new_clips
+    refusals = (parent.clip_refusals if parent else []) + [r for m in made for r in m.refusals]
+    export(config, chunks, backgrounds, gallery, report, cache_url, out, clips, refusals)
+    prune_unreferenced(out, chunks, clips)
     info = version_info(config, root, version, "incremental" if parent else "full", read_build_records(out))
     publish(root, info)
     added = sum(c.num_images for c in new_chunks)
     per_video = f"{config.ingest.images_per_video} per video with usable frames"
-    reason = (f"{added} images from {len(videos)} new video(s) on {parent_version} ({per_video})" if parent_version
-              else f"full build: {added} images from {len(videos)} video(s) ({per_video})"
-              + (f" (forced: {forced_over})" if forced_over else ""))
+    with_clips = f" and {len(new_clips)} clip(s)" if new_clips else ""
+    reason = (f"{added} images{with_clips} from {len(videos)} new video(s) on {parent_version} ({per_video})"
+              if parent_version else f"full build: {added} images{with_clips} from {len(videos)} video(s) "
+              f"({per_video})" + (f" (forced: {forced_over})" if forced_over else ""))
     return _summary(root, version, True, [v.video for v in prepared], info.num_images, reason)
+
+
+def _submit_clips(config: BuildConfig, videos: list[VideoRef], first_position: int, first_index: int,
+                  backgrounds: list[BackgroundRecord], gallery: list[GalleryRecord], cache_url: str,
+                  out: Store) -> list:
+    """One compose-video-clips task per new video (none unless the footage is to give clips): its
+    clip slots by its ordinal among every video looked at, its frames numbered after its stills."""
+    task = t.cached(t.compose_video_clips, "real-clips", cache_url)
+    return [task.submit(config, c.video, c.position, video_splits(backgrounds, c.video), gallery, cache_url,
+                        out.root_url, c.first_image_index)
+            for c in clip_plan(config, videos, first_position, first_index, backgrounds)]
 
 
 def _with_parent(parent: BuildRecords | None, backgrounds: list[BackgroundRecord], report: InputReport

@@ -257,6 +257,8 @@ class ClipRecord(Record):
     drift_along_m: float | None = None  # real footage: largest |measured - expected advance| over the frames
     drift_lateral_gauge: float | None = None  # largest spread of a track's footprint across the rails (gauges)
     drift_depth_m: float | None = None  # largest spread of a track's depth residual (rails' gap vs geometry)
+    geometry_shift_gauge: float | None = None  # real footage: largest move (gauges) from the geometry's centre
+                                               # line onto the tracked rails' of a shown footprint
 
 
 class ClipRefusal(Record):

@@ -151,9 +151,11 @@ def compose_clips(cfg: BuildConfig, first: int, stop: int, gallery: list[Gallery
 
 @task(name="compose-video-clips", retries=2, retry_delay_seconds=1, **_COMMON)
 def compose_video_clips(cfg: BuildConfig, video: VideoRef, position: int, splits: list[tuple[int, str]],
-                        gallery: list[GalleryRecord], cache_url: str, out_url: str) -> VideoClips:
+                        gallery: list[GalleryRecord], cache_url: str, out_url: str,
+                        first_image_index: int | None = None) -> VideoClips:
     """Approach clips on one video's consecutive frames (``synrail.stages.real_clips``)."""
-    return real_clips.compose_video_clips(cfg, video, position, splits, gallery, Store(cache_url), Store(out_url))
+    return real_clips.compose_video_clips(cfg, video, position, splits, gallery, Store(cache_url), Store(out_url),
+                                          first_image_index)
 
 
 @task(name="export-dataset", retries=2, retry_delay_seconds=1, **_COMMON)

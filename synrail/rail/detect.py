@@ -945,14 +945,26 @@ def _detection(model: _PairModel, top_row: int, bottom_row: int, width: int, hei
     centre_slope = model.b - model.c / t_bottom**2
     centre_bottom = model.a + model.b * t_bottom + model.c / t_bottom
     vanishing_point = (float(centre_bottom - centre_slope * t_bottom), float(model.horizon_v))
-    return TrackDetection(mask=_track_area(left, right, top_row, bottom_row, width, height), left_fit=left,
+    return TrackDetection(mask=track_area(left, right, top_row, bottom_row, width, height), left_fit=left,
                           right_fit=right, vanishing_point=vanishing_point, confidence=confidence, top_row=top_row,
                           bottom_row=None if bottom_row >= height - 1 else bottom_row)
 
 
-def _track_area(left: RailFit, right: RailFit, top_row: int, bottom_row: int, width: int, height: int
-                ) -> np.ndarray:
-    """Pixels between the rails' outer head edges, from ``top_row`` to ``bottom_row``."""
+def track_area(left: RailFit, right: RailFit, top_row: int, bottom_row: int, width: int, height: int
+               ) -> np.ndarray:
+    """Pixels between the rails' outer head edges, from ``top_row`` to ``bottom_row``.
+
+    Args:
+        left: the left rail's fit.
+        right: the right rail's fit.
+        top_row: the first (farthest) row.
+        bottom_row: the last row.
+        width: the image width.
+        height: the image height.
+
+    Returns:
+        The H x W boolean area.
+    """
     rows = np.arange(top_row, bottom_row + 1, dtype=np.float64)
     left_x, right_x = left.x(rows), right.x(rows)
     half_head = 0.5 * HEAD_TO_CENTRES * (right_x - left_x)

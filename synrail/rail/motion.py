@@ -14,7 +14,9 @@ refused when too few pairs correlate or they disagree.
 The rails also say where a placed obstacle stands: its footprint's offset from the rails' centre
 line at its row, in gauge units (``lateral_gauge``), and its depth from the gauge as a ruler
 (``rails_depth_m``). A fixed obstacle keeps both consistent from frame to frame when each frame's
-geometry is right; how much they wander is the clip's drift.
+geometry is right; how much they wander is the clip's drift. Where the rails were seen they also
+place it (``rails_column``): a frame's parabolic centre line can leave the real rails far away on a
+curve, the rails' own midpoint cannot.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from synrail.rail.detect import RailFit
+from synrail.rail.detect import RailFit, track_area
 from synrail.rail.geometry import CameraGeometry
 
 DEFAULT_DISTANCE_M = (0.0, 20.0)  # ground ahead searched for motion; the near end is clamped to the frame
@@ -201,24 +203,70 @@ class RailPair:
 
     left: tuple[float, float, float, float]  # horizon_v, a, b, c
     right: tuple[float, float, float, float]
+    rows: tuple[int, int] | None = None  # (first, last) row the rails were seen on; None: every row
 
     @classmethod
-    def of(cls, left: RailFit, right: RailFit) -> RailPair:
+    def of(cls, left: RailFit, right: RailFit, rows: tuple[int, int] | None = None) -> RailPair:
         """The pair of two fits.
 
         Args:
             left: the left rail's fit.
             right: the right rail's fit.
+            rows: the (first, last) row they were seen on (a detection's ``top_row`` and ``bottom_row``).
 
         Returns:
             The pair.
         """
-        return cls(left=(left.horizon_v, left.a, left.b, left.c), right=(right.horizon_v, right.a, right.b, right.c))
+        return cls(left=(left.horizon_v, left.a, left.b, left.c), right=(right.horizon_v, right.a, right.b, right.c),
+                   rows=rows)
+
+    def seen(self, v: float) -> bool:
+        """Whether the rails were seen on row ``v`` (the pixel row it falls in)."""
+        row = int(round(v))
+        return self.rows is None or self.rows[0] <= row <= self.rows[1]
+
+    def area(self, width: int, height: int) -> np.ndarray:
+        """The track area they bound: between their outer head edges, on the rows they were seen.
+
+        Args:
+            width: the image width.
+            height: the image height.
+
+        Returns:
+            The H x W boolean area.
+        """
+        first, last = self.rows if self.rows is not None else (0, height - 1)
+        horizon = self.left[0]
+        first = max(first, int(math.floor(horizon)) + 1)  # the fits meet on the horizon
+        if first > last:
+            return np.zeros((height, width), dtype=bool)
+        return track_area(RailFit(*self.left), RailFit(*self.right), first, last, width, height)
 
     def gap_and_centre(self, v: float) -> tuple[float, float]:
         """(rail-centre gap, centre column) at row ``v``, in pixels."""
         left, right = RailFit(*self.left).x(v), RailFit(*self.right).x(v)
         return float(right - left), float(0.5 * (left + right))
+
+
+def rails_column(rails: RailPair, v: float, lateral_m: float, gauge_m: float, rail_head_m: float) -> float | None:
+    """The column ``lateral_m`` right of the rails' centre line at row ``v``, their gap as the ruler.
+
+    Args:
+        rails: the frame's rails.
+        v: the row (sub-pixel).
+        lateral_m: the offset from the centre line, metres (positive right).
+        gauge_m: the track gauge.
+        rail_head_m: the rail head width (rail centres are gauge + head apart).
+
+    Returns:
+        The column, or None where the rails were not seen on that row (or do not reach it).
+    """
+    if not (math.isfinite(v) and rails.seen(v)):
+        return None
+    gap, centre = rails.gap_and_centre(v)
+    if not (math.isfinite(gap) and math.isfinite(centre) and gap > 0):
+        return None
+    return centre + lateral_m / (gauge_m + rail_head_m) * gap
 
 
 def lateral_gauge(rails: RailPair, u: float, v: float, gauge_m: float, rail_head_m: float) -> float:

@@ -49,6 +49,7 @@ class BuildRecords(BaseModel):
     gallery: list[GalleryRecord]
     report: InputReport
     clips: list[ClipRecord] = []  # written only when there are clips (a stills build keeps its bytes)
+    clip_refusals: list[ClipRefusal] = []  # likewise, only when some footage gave no clip
 
 
 def read_build_records(out: Store) -> BuildRecords:
@@ -225,8 +226,10 @@ def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds:
     card += clip_card_section(clips, clip_tables) + real_clip_card_section(clips, clip_refusals)
     out.write_text("dataset_card.md", card + "\n## Figures\n\n" + "\n".join(f"![{p}]({p})" for p in figures) + "\n")
     records = BuildRecords(chunks=sorted(chunks, key=lambda c: c.first), backgrounds=list(backgrounds),
-                           gallery=list(gallery), report=report, clips=sorted(clips, key=lambda c: c.clip_index))
-    out.write_text(BUILD_RECORDS, records.model_dump_json(exclude=set() if clips else {"clips"}))
+                           gallery=list(gallery), report=report, clips=sorted(clips, key=lambda c: c.clip_index),
+                           clip_refusals=list(clip_refusals))
+    empty = {name for name in ("clips", "clip_refusals") if not getattr(records, name)}
+    out.write_text(BUILD_RECORDS, records.model_dump_json(exclude=empty))
     all_annotations = [*annotations, *clip_tables.annotations]
     split_of_clip = {c.clip_id: c.split for c in clips}
     return ExportSummary(
@@ -284,15 +287,19 @@ def real_clip_card_section(clips: Sequence[ClipRecord], refusals: Sequence[ClipR
         return ""
     lines = ["", "### Clips on real footage", ""]
     if real:
-        lines += ["Each frame's obstacles are placed with that frame's own geometry from its tracked rails, at "
-                  "`d0 - speed * t` along the track. Drift: the image motion's advance against `speed * t` "
-                  "(largest gap, m), and the largest spread of a track's footprint across the rails (gauges) and "
-                  "of its depth against the rails' gap (m).", "",
+        lines += ["Each frame's obstacles stand at `d0 - speed * t` along the track: the row from that frame's own "
+                  "geometry (its depth), the column on that frame's tracked rails (their midpoint, their gap as the "
+                  "gauge), only where the rails were seen. Drift: the image motion's advance against `speed * t` "
+                  "(largest gap, m), the largest spread of a track's footprint across the rails (gauges; 0 where "
+                  "the rails placed it) and of its depth against the rails' gap (m); geometry shift: the largest "
+                  "move (gauges) from the frame geometry's centre line onto the rails'.", "",
                   "| clip | source | split | frames | fps | speed km/h | speed from | drift along m | "
-                  "drift lateral gauge | drift depth m |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "drift lateral gauge | drift depth m | geometry shift gauge |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {c.clip_id} | {c.source} | {c.split} | {c.frames} | {c.fps:.2f} | {c.speed_kmh:.1f} | "
                   f"{c.speed_source} | {_figure(c.drift_along_m, 3) or 'n/a'} | "
-                  f"{_figure(c.drift_lateral_gauge, 3) or 'n/a'} | {_figure(c.drift_depth_m, 3) or 'n/a'} |"
+                  f"{_figure(c.drift_lateral_gauge, 3) or 'n/a'} | {_figure(c.drift_depth_m, 3) or 'n/a'} | "
+                  f"{_figure(c.geometry_shift_gauge, 3) or 'n/a'} |"
                   for c in real]
     if refusals:
         reasons = Counter(r.reason for r in refusals)

@@ -12,16 +12,19 @@ The train's speed is the sidecar's ``speed_kmh``, else the one the ground's imag
 tracked rails implies over the clip's own frames (``rail.motion``: a train speeds up and slows
 down); with neither, the clip (or the whole video) is refused with the reason. An
 obstacle stands ``d0`` metres along the track (and a drawn lateral offset from its centre) in the
-first frame, and at ``d0 - speed * t`` in each later frame, placed with that frame's own geometry
-(shown once its footprint lies on the frame's track area, which ends where the rails were seen).
+first frame, and at ``d0 - speed * t`` in each later frame: its row (depth) from that frame's own
+geometry, its column on that frame's tracked rails (their midpoint, their gap as the gauge), the
+geometry placing it only where no rails were seen; it is shown once its footprint lies on the
+frame's track area, the area between the rails on the rows they were seen (as a still's).
 The rest is as for procedural clips (one cutout, light and weather draw per clip, sensor noise per
 frame, tracks that end, the same rows and files). Each clip also reports how far a fixed ground
 point would drift: the measured advance against ``speed * t``, and the spread of each track's
 footprint across the rails (gauge units) and of its depth against the rails' gap.
 
-Clip numbers are slots: the video at position ``p`` of the sorted listing owns clips
-``p * clips .. (p + 1) * clips - 1`` (refused ones leave gaps), so a clip's bytes depend on its video
-and the config only, never on the chunking or on other videos.
+Clip numbers are slots: the video at position ``p`` of the sorted listing (in a versioned root, its
+ordinal among the videos looked at) owns clips ``p * clips .. (p + 1) * clips - 1`` (refused ones
+leave gaps), so a clip's bytes depend on its video, its position and the config only, never on the
+chunking.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from synrail.rail.motion import (
     ground_strip,
     lateral_gauge,
     measured,
+    rails_column,
     rails_depth_m,
     speed_from_advances,
 )
@@ -125,6 +129,11 @@ def video_clip_slots(cfg: BuildConfig, position: int) -> range:
     return range(position * cfg.sequences.clips, (position + 1) * cfg.sequences.clips)
 
 
+def video_source(video: VideoRef) -> str:
+    """The ``source`` its background records and clips carry: ``video:<name>`` or ``frames:<name>``."""
+    return f"{'frames' if video.is_sequence else 'video'}:{video.name}"
+
+
 def video_splits(backgrounds: Sequence[BackgroundRecord], video: VideoRef) -> list[tuple[int, str]]:
     """(frame index, split) of the video's background frames, which decide its clips' splits.
 
@@ -135,9 +144,8 @@ def video_splits(backgrounds: Sequence[BackgroundRecord], video: VideoRef) -> li
     Returns:
         Its frames' indices and splits, in frame order; empty when none of its frames was usable.
     """
-    kind = "frames" if video.is_sequence else "video"
     return sorted((b.frame_index, b.split) for b in backgrounds
-                  if b.source == f"{kind}:{video.name}" and b.frame_index is not None)
+                  if b.source == video_source(video) and b.frame_index is not None)
 
 
 def wants_video_clips(cfg: BuildConfig) -> bool:
@@ -221,7 +229,8 @@ def track_frames(cfg: BuildConfig, video: VideoRef, settings: CameraSettings
             found.append((frame.frame_index, None, None, f"no track: {result.reason}"))
             continue
         evidence = frame_evidence(prepared, replace(detection, mask=np.zeros((0, 0), dtype=bool)), settings)
-        found.append((frame.frame_index, evidence, RailPair.of(detection.left_fit, detection.right_fit), None))
+        seen = (detection.top_row, cfg.image.height - 1 if detection.bottom_row is None else detection.bottom_row)
+        found.append((frame.frame_index, evidence, RailPair.of(detection.left_fit, detection.right_fit, seen), None))
     camera = solve_sequence_camera([e for _, e, _, _ in found if e is not None], settings, source_width=source_width,
                                    frame_width=cfg.image.width, frame_height=cfg.image.height)
     tracked = []
@@ -341,7 +350,8 @@ def _split_for(splits: Sequence[tuple[int, str]], frame_index: int) -> str:
 
 
 def compose_video_clips(cfg: BuildConfig, video: VideoRef, position: int, splits: Sequence[tuple[int, str]],
-                        gallery: Sequence[GalleryRecord], cache: Store, out: Store) -> VideoClips:
+                        gallery: Sequence[GalleryRecord], cache: Store, out: Store,
+                        first_image_index: int | None = None) -> VideoClips:
     """Every clip of one video or frame sequence, or why it gives none.
 
     Args:
@@ -352,6 +362,9 @@ def compose_video_clips(cfg: BuildConfig, video: VideoRef, position: int, splits
         gallery: the obstacle cutouts (read from ``cache``).
         cache: the build's cache store.
         out: the output store.
+        first_image_index: the image index of its first slot's first frame, the slots' frames following
+            on (a versioned build numbers each video's clip frames after its stills); None: after the
+            build's ``num_images`` stills (``sequences.frame_image_index``).
 
     Returns:
         The clips, the refused windows with their reasons, and the speed used and measured.
@@ -400,17 +413,49 @@ def compose_video_clips(cfg: BuildConfig, video: VideoRef, position: int, splits
                                    geometry=frames[k].geometry, rails=frames[k].rails,
                                    measured_step_m=None if j == 0 else measured(advances[k - 1], stretch))
                        for j, k in enumerate(window)]
-        clips.append(compose_real_clip(cfg, clip, _split_for(splits, first), source, clip_frames, cutouts, out))
+        clips.append(compose_real_clip(cfg, clip, _split_for(splits, first), source, clip_frames, cutouts, out,
+                                       _first_image_index(cfg, clip, position, first_image_index)))
     return VideoClips(video=video.name, clips=clips, refusals=refusals, **report)
 
 
-def _moved(obstacle: TrackedObstacle, first: CameraGeometry, geometry: CameraGeometry, advance_m: float
-           ) -> TrackedObstacle:
+def _first_image_index(cfg: BuildConfig, clip: int, position: int, first_image_index: int | None) -> int:
+    """The image index of the clip's first frame (see ``compose_video_clips``)."""
+    if first_image_index is None:
+        return frame_image_index(cfg, clip, 0)
+    return first_image_index + (clip - video_clip_slots(cfg, position).start) * cfg.sequences.frames_per_clip
+
+
+def _placed(obstacle: TrackedObstacle, first: CameraGeometry, frame: WindowFrame, advance_m: float
+            ) -> tuple[TrackedObstacle, float | None]:
     """The obstacle in a later frame's own ground frame: ``advance_m`` nearer along the track, at the
-    same offset from the centreline as in the first frame."""
+    same offset from the centre line as in the first frame.
+
+    The row comes from the frame's geometry (its depth), the column from the frame's tracked rails
+    where they were seen on that row: their midpoint, their gap as the gauge. A frame's parabolic
+    centre line can leave the real rails far away on a curve (0.43 gauge at 50 m on a real video);
+    the rails cannot. Where they were not seen the geometry places it (and the rails' area refuses it).
+
+    Returns:
+        The moved obstacle, and how far (gauges) the rails moved it off the geometry's place (None:
+        placed by the geometry).
+    """
     x, along = obstacle.world_xz
     lateral = x - float(first.track_centre_x(along))
-    return replace(obstacle, world_xz=track_point_xz(geometry, along - advance_m, lateral))
+    g = frame.geometry
+    gx, z = track_point_xz(g, along - advance_m, lateral)
+    _, v = g.project(np.array([gx]), np.zeros(1), np.array([z]))
+    u = None if frame.rails is None else rails_column(frame.rails, float(v[0]), lateral, g.gauge_m, g.rail_head_m)
+    if u is None:
+        return replace(obstacle, world_xz=(gx, z)), None
+    rx, _ = g.ground_point(np.array([u]), v)  # the same Z: a ground point's row depends on its depth only
+    return replace(obstacle, world_xz=(float(rx[0]), z)), abs(float(rx[0]) - gx) / g.gauge_m
+
+
+def _frame_area(frame: WindowFrame) -> np.ndarray:
+    """The frame's track area: between its tracked rails on the rows they were seen (as a still's),
+    the geometry's only for a frame without rails."""
+    g = frame.geometry
+    return g.track_mask() if frame.rails is None else frame.rails.area(g.width, g.height)
 
 
 def _steady_reach(frames: Sequence[WindowFrame], speed_kmh: float) -> list[float]:
@@ -450,10 +495,10 @@ def _rails_measures(frame: WindowFrame, u: float, v: float) -> tuple[float | Non
     return (lateral if math.isfinite(lateral) else None), (residual if math.isfinite(residual) else None)
 
 
-def _frame_rows(cfg: BuildConfig, clip: int, frame: int, split: str, out_frame: ClipFrame, wf: WindowFrame,
-                source: ClipSource, condition: str, sha: str, world: dict[int, tuple[float, float]],
+def _frame_rows(cfg: BuildConfig, clip: int, frame: int, index: int, split: str, out_frame: ClipFrame,
+                wf: WindowFrame, source: ClipSource, condition: str, sha: str, world: dict[int, tuple[float, float]],
                 measured: float | None) -> tuple[ClipImageRow, list[ClipAnnotationRow]]:
-    index, stem = frame_image_index(cfg, clip, frame), frame_stem(clip, frame)
+    stem = frame_stem(clip, frame)
     rows = []
     for base, tracked in zip(annotation_rows(index, as_composite(out_frame), cfg), out_frame.instances, strict=True):
         lateral, residual = _rails_measures(wf, *tracked.ground_uv_px)
@@ -495,7 +540,8 @@ def _spread(rows: Sequence[ClipAnnotationRow], field: str) -> float | None:
 
 
 def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSource, frames: Sequence[WindowFrame],
-                      cutouts: dict[str, list[GalleryCutout]], out: Store) -> ClipRecord:
+                      cutouts: dict[str, list[GalleryCutout]], out: Store, first_image_index: int | None = None
+                      ) -> ClipRecord:
     """Compose and write one clip on real frames; return its record with its drift figures.
 
     Args:
@@ -506,11 +552,13 @@ def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSourc
         frames: the window's frames, in order.
         cutouts: the gallery by class.
         out: the output store.
+        first_image_index: its first frame's image index (None: ``sequences.frame_image_index``).
 
     Returns:
         The clip's record.
     """
     first = frames[0].geometry
+    first_index = frame_image_index(cfg, clip, 0) if first_image_index is None else first_image_index
     obstacles = clip_obstacles(cfg, clip, first, cutouts)
     world = {o.track_id: o.world_xz for o in obstacles}
     weather = ClipWeather(cfg, clip, source.condition)
@@ -521,6 +569,8 @@ def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSourc
         light = light_from_image(frames[0].image, cfg.compose.shadow, first)
     measured = _measured_advances(frames, source.speed_kmh)
     reach = _steady_reach(frames, source.speed_kmh)
+    areas = [_frame_area(f) for f in frames]
+    shifts: list[float] = []
     jpeg_params = [cv2.IMWRITE_JPEG_QUALITY, cfg.image.jpeg_quality]
     started: set[int] = set()
     ended: set[int] = set()
@@ -528,9 +578,10 @@ def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSourc
     annotations: list[ClipAnnotationRow] = []
     for frame, wf in enumerate(frames):
         advance = source.speed_kmh / 3.6 * wf.time_s
-        mask = wf.geometry.track_mask()
-        moved = [_moved(o, first, wf.geometry, advance) for o in obstacles if o.track_id not in ended]
-        live = [o for o in moved if world[o.track_id][1] <= reach[frame] and _on_track_area(o, wf.geometry, mask)]
+        mask = areas[frame]
+        placed = {o.track_id: _placed(o, first, wf, advance) for o in obstacles if o.track_id not in ended}
+        live = [o for o, _ in placed.values()
+                if world[o.track_id][1] <= reach[frame] and _on_track_area(o, wf.geometry, mask)]
         out_frame = compose_clip_frame(
             _background(wf, source.condition, mask), live, TrackPose.along(wf.geometry, 0.0), cfg.compose, light,
             clip_rng(cfg.seed, clip, ClipDraw.FRAME, frame),
@@ -538,10 +589,12 @@ def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSourc
         shown = {t.track_id for t in out_frame.instances}
         ended |= started - shown
         started |= shown
+        shifts += [s for track, (_, s) in placed.items() if track in shown and s is not None]
         image = weather.apply(as_composite(out_frame), wf.geometry)
         stem = frame_stem(clip, frame)
         sha = out.write_bytes(f"images/{split}/{stem}.jpg", encode_image(image, ".jpg", jpeg_params))
-        row, rows = _frame_rows(cfg, clip, frame, split, out_frame, wf, source, weather.condition, sha, world,
+        row, rows = _frame_rows(cfg, clip, frame, first_index + frame, split, out_frame, wf, source, weather.condition,
+                                sha, world,
                                 None if frame and wf.measured_step_m is None else measured[frame])
         out.write_text(f"labels/{split}/{stem}.txt", "".join(
             yolo_line(r.category_id, r.bbox, cfg.image.width, cfg.image.height) + "\n" for r in rows))
@@ -554,14 +607,14 @@ def compose_real_clip(cfg: BuildConfig, clip: int, split: str, source: ClipSourc
     out.write_bytes(images_path, images_blob)
     out.write_bytes(annotations_path, annotations_blob)
     expected = [source.speed_kmh / 3.6 * f.time_s for f in frames]
-    kind = "frames" if source.video.is_sequence else "video"
     return ClipRecord(
         clip_index=clip, clip_id=clip_id(clip), split=split, frames=len(frames), fps=source.fps,
-        speed_kmh=source.speed_kmh, event=bool(started), first_image_index=frame_image_index(cfg, clip, 0),
+        speed_kmh=source.speed_kmh, event=bool(started), first_image_index=first_index,
         images_path=images_path, annotations_path=annotations_path, sha256=key, num_annotations=len(annotations),
         condition=weather.condition, track_type=source.track_type, geometry=first,
-        rail_area=encode_rle(first.track_mask()), source=f"{kind}:{source.video.name}",
-        speed_source=source.speed_source, frame_rail_areas=[encode_rle(f.geometry.track_mask()) for f in frames],
+        rail_area=encode_rle(areas[0]), source=video_source(source.video),
+        speed_source=source.speed_source, frame_rail_areas=[encode_rle(a) for a in areas],
+        geometry_shift_gauge=max(shifts) if shifts else None,
         drift_along_m=max(abs(m - e) for m, e in zip(measured, expected, strict=True)),
         drift_lateral_gauge=_spread(annotations, "lateral_gauge"),
         drift_depth_m=_spread(annotations, "depth_residual_m"))

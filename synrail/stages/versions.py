@@ -16,8 +16,11 @@ exports the union. ``flows/versions.py`` runs these steps as Prefect flows.
 Size of a video-sourced version: ``ingest.images_per_video`` images per video with usable frames
 (``num_images`` applies to procedural backgrounds only), each video whole in one split (a stable
 hash of its name) and its images drawn from its own frames, numbered video by video in name order.
-A full build therefore holds exactly what the incremental history added, video for video, and
-when the videos landed in name order it reproduces that history image for image.
+With ``sequences.clips`` > 0 each video also gives its approach clips: clip slots by the video's
+ordinal among every video the dataset has looked at (as a full build's listing position), frames
+numbered in a block right after the video's stills. A full build therefore holds exactly what the
+incremental history added, video for video, and when the videos landed in name order it reproduces
+that history image for image, clips included.
 """
 
 from __future__ import annotations
@@ -33,9 +36,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from synrail.config import BuildConfig
-from synrail.records import SPLITS, BackgroundRecord, ChunkRecord, InputReport, Record
+from synrail.records import SPLITS, BackgroundRecord, ChunkRecord, ClipRecord, InputReport, Record
 from synrail.sources.video import VideoRef
 from synrail.stages.export import BuildRecords, read_build_records
+from synrail.stages.real_clips import video_source, wants_video_clips
 from synrail.storage.code_version import code_version
 from synrail.storage.output import OutputConflict, claim_output
 from synrail.storage.store import Store
@@ -43,7 +47,8 @@ from synrail.storage.tables import read_table
 
 LATEST = "latest.json"
 VERSION_INFO = ".synrail/version.json"
-CARRIED_FOLDERS = ("images", "labels", ".synrail/chunks")  # what an incremental version takes from its parent
+# what an incremental version takes from its parent (its clips' frames are in images/ and labels/ too)
+CARRIED_FOLDERS = ("images", "labels", ".synrail/chunks", ".synrail/clips")
 
 
 class VersionInfo(Record):
@@ -212,30 +217,98 @@ class PlannedChunk(NamedTuple):
     backgrounds: list[BackgroundRecord]  # the video's usable frames, the only ones its images draw from
 
 
+def video_block(cfg: BuildConfig) -> int:
+    """Image indices each video with usable frames takes: its stills, then room for its clips' frames.
+
+    Args:
+        cfg: the build config (``ingest.images_per_video``, ``sequences``).
+
+    Returns:
+        ``images_per_video`` plus ``clips * frames_per_clip`` when the footage gives clips.
+    """
+    clip_frames = cfg.sequences.clips * cfg.sequences.frames_per_clip if wants_video_clips(cfg) else 0
+    return cfg.ingest.images_per_video + clip_frames
+
+
+def next_image_index(cfg: BuildConfig, parent: BuildRecords | None) -> int:
+    """The first image index a version adds on top of ``parent`` (0 without one): past every block
+    of the parent's videos with usable frames (a refused clip leaves its room unused), and past every
+    index the parent used (a parent made by a plain build, as a frames-sourced full version is,
+    numbers its stills to ``num_images`` and its clip frames after them).
+
+    Args:
+        cfg: the build config.
+        parent: the parent version's records.
+
+    Returns:
+        The index.
+    """
+    if parent is None:
+        return 0
+    used = [c.stop for c in parent.chunks] + [c.first_image_index + c.frames for c in parent.clips]
+    return max([len({b.source for b in parent.backgrounds}) * video_block(cfg), *used])
+
+
+def _by_video(backgrounds: Sequence[BackgroundRecord]) -> dict[str, list[BackgroundRecord]]:
+    by_video: dict[str, list[BackgroundRecord]] = {}
+    for record in backgrounds:
+        by_video.setdefault(record.source, []).append(record)
+    return dict(sorted(by_video.items()))
+
+
 def per_video_plan(cfg: BuildConfig, first_index: int, backgrounds: Sequence[BackgroundRecord]
                    ) -> list[PlannedChunk]:
     """The chunks of ``ingest.images_per_video`` images for each video with usable frames, videos in
-    name order, numbered on from ``first_index`` (0 for a full version, the parent's count for an
-    incremental one); a chunk never spans two videos.
+    name order, each video's block (``video_block``) numbered on from ``first_index`` (0 for a full
+    version, ``next_image_index`` for an incremental one); a chunk never spans two videos.
 
     Args:
-        cfg: the build config (``ingest.images_per_video``, ``execution.chunk_size``).
+        cfg: the build config (``ingest.images_per_video``, ``execution.chunk_size``, ``sequences``).
         first_index: the index of the first new image.
         backgrounds: the usable frames of the videos to compose (``source`` names the video).
 
     Returns:
         The chunks in index order.
     """
-    by_video: dict[str, list[BackgroundRecord]] = {}
-    for record in backgrounds:
-        by_video.setdefault(record.source, []).append(record)
-    plan, first = [], first_index
-    for video in sorted(by_video):
-        frames = by_video[video]
+    plan = []
+    for block, frames in enumerate(_by_video(backgrounds).values()):
+        first = first_index + block * video_block(cfg)
         for start in range(0, cfg.ingest.images_per_video, cfg.execution.chunk_size):
             count = min(cfg.execution.chunk_size, cfg.ingest.images_per_video - start)
-            plan.append(PlannedChunk(first, first + count, [frames[0].split] * count, frames))
-            first += count
+            plan.append(PlannedChunk(first + start, first + start + count, [frames[0].split] * count, frames))
+    return plan
+
+
+class PlannedClips(NamedTuple):
+    """The compose-video-clips call of one video of a version."""
+
+    video: VideoRef
+    position: int  # its ordinal among every video the dataset has looked at: it owns these clip slots
+    first_image_index: int | None  # its clip frames' block, after its stills (None: no usable frame, no clips)
+
+
+def clip_plan(cfg: BuildConfig, videos: Sequence[VideoRef], first_position: int, first_index: int,
+              backgrounds: Sequence[BackgroundRecord]) -> list[PlannedClips]:
+    """The clip calls of a version's new videos (none unless the footage is to give clips).
+
+    Args:
+        cfg: the build config.
+        videos: the new videos, in name order.
+        first_position: how many videos the parent version had looked at (0 for a full version).
+        first_index: the index of the first new image (as given to ``per_video_plan``).
+        backgrounds: the new videos' usable frames.
+
+    Returns:
+        One call per video, in name order.
+    """
+    if not wants_video_clips(cfg):
+        return []
+    blocks = {source: k for k, source in enumerate(_by_video(backgrounds))}
+    plan = []
+    for offset, video in enumerate(videos):
+        block = blocks.get(video_source(video))
+        start = None if block is None else first_index + block * video_block(cfg) + cfg.ingest.images_per_video
+        plan.append(PlannedClips(video, first_position + offset, start))
     return plan
 
 
@@ -256,7 +329,8 @@ def merged_records(parent: BuildRecords, backgrounds: Sequence[BackgroundRecord]
         quarantine=parent.report.quarantine + report.quarantine,
         unused_frames=parent.report.unused_frames + report.unused_frames,
         skipped_obstacles=report.skipped_obstacles,
-        notes=sorted(set(parent.report.notes) | set(report.notes)))
+        notes=sorted(set(parent.report.notes) | set(report.notes)),
+        cameras=parent.report.cameras + report.cameras)
     return parent.backgrounds + list(backgrounds), merged
 
 
@@ -308,19 +382,20 @@ def carry_over(parent: Store, out: Store) -> BuildRecords:
     return read_build_records(parent)
 
 
-def prune_unreferenced(out: Store, chunks: Sequence[ChunkRecord]) -> list[str]:
-    """Delete image and label files no chunk lists (left by a crashed attempt with other inputs).
+def prune_unreferenced(out: Store, chunks: Sequence[ChunkRecord], clips: Sequence[ClipRecord] = ()) -> list[str]:
+    """Delete image and label files no chunk or clip lists (left by a crashed attempt with other inputs).
 
     Args:
         out: the version's folder.
         chunks: every chunk of the version.
+        clips: every clip of the version.
 
     Returns:
         The paths removed.
     """
     keep = set()
-    for chunk in chunks:
-        for row in read_table(out, chunk.images_path):
+    for table in [c.images_path for c in chunks] + [c.images_path for c in clips]:
+        for row in read_table(out, table):
             keep.add(row["file_name"])
             keep.add(row["file_name"].replace("images/", "labels/", 1).rsplit(".", 1)[0] + ".txt")
     removed = []

@@ -18,6 +18,7 @@ from synrail.rail.motion import (
     ground_strip,
     lateral_gauge,
     measured,
+    rails_column,
     rails_depth_m,
     speed_from_advances,
 )
@@ -75,3 +76,19 @@ def test_the_rails_measure_a_footprint_in_gauges_and_its_depth():
     u = float(g.project(np.array([0.25 * g.gauge_m]), np.array([0.0]), np.array([z]))[0][0])
     assert lateral_gauge(rails, u, v, g.gauge_m, g.rail_head_m) == pytest.approx(0.25, abs=1e-6)
     assert rails_depth_m(rails, v, g.focal_px, g.gauge_m, g.rail_head_m) == pytest.approx(z, rel=1e-6)
+
+
+def test_the_rails_place_a_footprint_only_on_the_rows_they_were_seen():
+    g = CameraGeometry.from_fov(640, 360, 60, 2.5, 0.0)
+    half = (g.gauge_m + g.rail_head_m) / 2
+    horizon = g.horizon_v()
+    fits = (RailFit(horizon, g.cx, -half / g.height_m, 0.0), RailFit(horizon, g.cx, half / g.height_m, 0.0))
+    rails = RailPair.of(*fits, rows=(200, 359))
+    v = float(g.project(np.array([0.0]), np.array([0.0]), np.array([10.0]))[1][0])
+    assert v > 200
+    u = float(g.project(np.array([0.25 * g.gauge_m]), np.array([0.0]), np.array([10.0]))[0][0])
+    assert rails_column(rails, v, 0.25 * g.gauge_m, g.gauge_m, g.rail_head_m) == pytest.approx(u, abs=1e-6)
+    assert rails_column(rails, 190.0, 0.0, g.gauge_m, g.rail_head_m) is None  # beyond where they were seen
+    area = rails.area(640, 360)
+    assert not area[:200].any() and area[int(round(v)), int(round(u))] and not area[int(round(v)), 0]
+    assert RailPair.of(*fits).area(640, 360)[181:].any()  # no rows given: every row below the horizon

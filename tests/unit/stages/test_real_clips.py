@@ -223,3 +223,40 @@ def test_an_obstacle_starts_only_where_every_later_frame_still_reaches_it():
               for z, t in [(60.0, 0.0), (50.0, 0.1), (55.0, 0.2)]]
     # at 36 km/h the frames reach 60, 51 and 57 m past the first camera: an obstacle at 55 m waits for frame 2
     assert _steady_reach(frames, 36.0) == pytest.approx([51.0, 51.0, 57.0])  # type: ignore[arg-type]
+
+
+def test_obstacles_stand_on_the_tracked_rails_where_the_geometry_leaves_them(built, footage, tmp_path):
+    """Every frame's geometry given a wrong curve (its parabola leaves the rails farther away, as a real
+    frame's may on a curve): the footprints still stand on the tracked rails, at the drawn offset from
+    the true centre line in every frame (measured with the scene's true camera)."""
+    from synrail.rail.motion import RailPair
+    from synrail.rail.sequence import RailFollower
+    from synrail.sources.video import VideoRef
+    from synrail.stages.compose import gallery_by_class
+    from synrail.stages.real_clips import ClipSource, WindowFrame, compose_real_clip
+
+    images, truth = approach_frames(0, 5, SPEED_KMH, FPS)
+    wrong = truth.model_copy(update={"track_curvature": truth.track_curvature + 0.001})
+    follower, window = RailFollower(), []
+    for k, image in enumerate(images):
+        found = follower.detect(image, hfov_deg=60).detection
+        rails = RailPair.of(found.left_fit, found.right_fit, (found.top_row, found.bottom_row or truth.height - 1))
+        window.append(WindowFrame(frame_index=k, time_s=k / FPS, image=image, geometry=wrong, rails=rails,
+                                  measured_step_m=None))
+    source = ClipSource(video=VideoRef(url="x", name="x.mp4", size=0, version=""), fps=FPS, speed_kmh=SPEED_KMH,
+                        speed_source="sidecar", condition="normal", track_type="ballasted")
+    cfg = footage_config(footage[1], None)
+    gallery = read_build_records(Store(str(built[0]))).gallery
+    cutouts = gallery_by_class(Store(str(Path(built[0]) / ".synrail" / "cache")), gallery)
+    out = Store(str(tmp_path / "out"))
+    rows = [r for clip in range(3) for r in read_rows(out, compose_real_clip(
+        cfg, clip, "train", source, window, cutouts, out).annotations_path, ClipAnnotationRow)]
+    assert len(rows) >= 8
+    worst_shift = 0.0
+    for r in rows:
+        x, z = truth.ground_point(np.array([r.ground_u_px]), np.array([r.ground_v_px]))
+        true_lateral = float(x[0] - truth.track_centre_x(z[0]))
+        drawn = r.world_x_m - float(wrong.track_centre_x(r.world_z_m))
+        assert abs(true_lateral - drawn) < 0.03, (r.clip_id, r.track_id, r.frame_in_clip, true_lateral, drawn)
+        worst_shift = max(worst_shift, abs(float(wrong.track_centre_x(z[0]) - truth.track_centre_x(z[0]))))
+    assert worst_shift > 0.1  # the geometry alone would have put them this far off the rails

@@ -1,6 +1,7 @@
 """Versioned datasets: the pointer switch, the incremental version made only from new videos, and
 the watcher that finds them (flows under Prefect's test harness, one server for this module)."""
 
+import csv
 import filecmp
 import json
 import os
@@ -19,7 +20,8 @@ from flows.watch import watch_videos
 from synrail.config import load_config
 from synrail.export.validate import validate_dataset
 from synrail.rail.geometry import CameraGeometry
-from synrail.records import BackgroundRecord
+from synrail.records import BackgroundRecord, ChunkRecord, InputReport
+from synrail.stages.export import BuildRecords
 from synrail.stages.versions import (
     LATEST,
     VersionInfo,
@@ -77,6 +79,33 @@ def test_per_video_plan_numbers_on_and_draws_each_video_from_its_own_frames():
     assert [s for c in plan for s in c.splits] == ["train"] * 5 + ["val"] * 5
     assert [{b.source for b in c.backgrounds} for c in plan] == [{"video:a.avi"}] * 2 + [{"video:b.avi"}] * 2
     assert sum(c.stop - c.first for c in per_video_plan(cfg, 0, backgrounds[:2])) == 5  # one video: 5 images
+
+
+def test_clip_frames_take_a_block_after_each_videos_stills():
+    from synrail.sources.video import VideoRef
+    from synrail.stages.versions import clip_plan, next_image_index, video_block
+
+    cfg = load_config(TINY, {"backgrounds.source": "video", "backgrounds.video.url": "videos/",
+                             "ingest.images_per_video": 5, "execution.chunk_size": 4,
+                             "sequences.clips": 2, "sequences.frames_per_clip": 3})
+    assert video_block(cfg) == 5 + 2 * 3
+    geometry = CameraGeometry(width=64, height=48, focal_px=50.0, cx=32.0, cy=24.0, height_m=2.5, pitch_rad=0.05)
+    backgrounds = [BackgroundRecord(background_id=f"{v}-0", index=0, split="train", source=f"video:{v}",
+                                    path="p.png", sha256="s", width=64, height=48, track_type="ballasted",
+                                    condition="normal", geometry=geometry, fog_beta=0.0,
+                                    airlight_bgr=(0, 0, 0), illumination_bgr=(1, 1, 1), sensor_noise=0.0,
+                                    rail_area={}, rail_area_px=1) for v in ("a.avi", "c.avi")]
+    plan = per_video_plan(cfg, 22, backgrounds)
+    assert [(c.first, c.stop) for c in plan] == [(22, 26), (26, 27), (33, 37), (37, 38)]
+    videos = [VideoRef(url=n, name=n, size=1, version="1") for n in ("a.avi", "b.avi", "c.avi")]
+    calls = clip_plan(cfg, videos, 4, 22, backgrounds)
+    assert [(c.position, c.first_image_index) for c in calls] == [(4, 27), (5, None), (6, 38)]  # b: no frames
+    parent = BuildRecords(chunks=[], backgrounds=backgrounds, gallery=[], report=InputReport())
+    assert next_image_index(cfg, parent) == 2 * 11 and next_image_index(cfg, None) == 0
+    plain = parent.model_copy(update={"chunks": [ChunkRecord(first=0, stop=100, images_path="", annotations_path="",
+                                                             sha256="", num_images=100, num_annotations=0)]})
+    assert next_image_index(cfg, plain) == 100  # a plain build's parent: past its num_images stills
+    assert clip_plan(load_config(TINY, {"sequences.clips": 2}), videos, 0, 0, backgrounds) == []  # procedural
 
 
 def test_publish_switches_the_pointer_and_the_link(tmp_path):
@@ -268,3 +297,76 @@ def test_overlapping_runs_queue_and_a_full_build_keeps_the_per_video_size(harnes
         assert filecmp.cmp(v2 / label, v3 / label, shallow=False)
     unchanged = build_version(TINY, dataset, overrides)  # not forced: nothing changed
     assert (unchanged.published, unchanged.version) == (False, "v0003")
+
+
+SEQUENCES = str(ROOT / "configs" / "tiny-sequences.yaml")
+
+
+def clip_overrides(videos: Path, sidecar: Path) -> dict:
+    return {"backgrounds.source": "video", "image.width": W, "image.height": H,
+            "backgrounds.video": {"url": str(videos), "hfov_deg": 60,
+                                  "sampling": {"stride": 2, "sidecar": str(sidecar)}},
+            "splits": {"train": 1.0, "val": 0.0, "test": 0.0}, "gallery.per_class": 1,
+            "ingest.images_per_video": 2, "execution.chunk_size": 2, "sequences.clips": 1,
+            "sequences.frames_per_clip": 5, "sequences.first_distance_m": [12, 25]}
+
+
+def clip_files(version: Path) -> dict[str, bytes]:
+    """Every clip file of a version: frames, labels, clips.csv and MOT ground truth."""
+    found = [*version.glob("images/*/clip*.jpg"), *version.glob("labels/*/clip*.txt"), version / "clips.csv",
+             *version.glob("clips/*/gt/gt.txt")]
+    return {str(p.relative_to(version)): p.read_bytes() for p in found}
+
+
+def test_versions_make_each_videos_approach_clips_and_a_full_build_equals_the_history(harness, tmp_path):
+    """A video-sourced config with sequences.clips > 0: each version adds its new videos' clips (clips.csv,
+    gt, frames after each video's stills), keeps its parent's, and a forced full build reproduces the
+    history file for file; a video's clip frames are the bytes the plain build makes of that video."""
+    from media import approach_frames, write_mp4
+
+    from synrail.stages.local import build_in_process
+
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    sidecar = tmp_path / "meta.csv"
+    sidecar.write_text("video,speed_kmh\nrun0.mp4,50\nrun1.mp4,50\n")
+    write_mp4(videos / "run0.mp4", approach_frames(1, 8, 50.0, 10.0)[0], 10.0)
+    (videos / "broken.mp4").write_bytes(b"\x00not a video" * 50)  # owns slot 0, gives no clip
+    dataset = str(tmp_path / "dataset")
+    overrides = clip_overrides(videos, sidecar)
+    first = ingest_new_videos(SEQUENCES, dataset, overrides)
+    assert (first.version, first.num_images) == ("v0001", 2) and "1 clip(s)" in first.reason
+    v1 = tmp_path / "dataset/versions/v0001"
+    assert validate_dataset(v1) == []
+    (row,) = list(csv.DictReader((v1 / "clips.csv").open()))
+    assert row["source"] == "video:run0.mp4" and (v1 / f"clips/{row['clip_id']}/gt/gt.txt").exists()
+    assert row["clip_id"] == "clip00001"  # the slot of the second video looked at, as in a plain build's listing
+    frames = pq.read_table(v1 / "manifest/clip_frames.parquet").to_pylist()
+    assert [r["image_index"] for r in frames] == [2, 3, 4, 5, 6]  # after the video's 2 stills
+
+    alone = tmp_path / "plain"  # the plain build of this one video: the same clip frames
+    build_in_process(load_config(SEQUENCES, {**overrides, "num_images": 2}), str(alone))
+    assert {k: v for k, v in clip_files(alone).items() if k.endswith(".jpg")} == {
+        k: v for k, v in clip_files(v1).items() if k.endswith(".jpg")}
+
+    write_mp4(videos / "run1.mp4", approach_frames(2, 8, 50.0, 10.0)[0], 10.0)
+    second = ingest_new_videos(SEQUENCES, dataset, overrides)
+    assert (second.version, second.new_videos) == ("v0002", ["run1.mp4"])
+    v2 = tmp_path / "dataset/versions/v0002"
+    assert validate_dataset(v2) == []
+    rows = list(csv.DictReader((v2 / "clips.csv").open()))
+    assert [r["source"] for r in rows] == ["video:run0.mp4", "video:run1.mp4"]
+    assert {k: v for k, v in clip_files(v2).items() if "clip00001" in k} == {
+        k: v for k, v in clip_files(v1).items() if "clip00001" in k}  # carried over, not recomposed
+    refused = pq.read_table(v2 / "manifest/refused_clips.parquet").to_pylist()
+    assert [r["video"] for r in refused] == ["broken.mp4"]  # the parent's refusal is kept
+    frames = pq.read_table(v2 / "manifest/clip_frames.parquet").to_pylist()
+    assert [r["image_index"] for r in frames] == [2, 3, 4, 5, 6, 9, 10, 11, 12, 13]
+
+    full = build_version(SEQUENCES, dataset, overrides, force=True)
+    v3 = tmp_path / "dataset/versions/v0003"
+    assert full.version == "v0003" and validate_dataset(v3) == []
+    assert clip_files(v3) == clip_files(v2)
+    for rel in ("manifest/clip_frames.parquet", "manifest/clip_annotations.parquet", "manifest/refused_clips.parquet",
+                *(str(p.relative_to(v2)) for p in v2.glob("images/*/*.jpg"))):
+        assert filecmp.cmp(v2 / rel, v3 / rel, shallow=False), rel
