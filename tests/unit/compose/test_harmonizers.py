@@ -361,6 +361,17 @@ def test_ring_keeps_a_saturated_object_saturated_and_removes_a_slight_cast():
     assert _chroma(RingHarmonizer().harmonize(tinted, mask)[mask]) < 0.6 * _chroma(tinted[mask])
 
 
+def test_ring_takes_the_cast_from_the_step_across_the_edge():
+    """With the white points' cast switched off, the slight tint is still undone, by the colour step
+    across the edge alone (and not without it); a red object still keeps its colour."""
+    tinted, mask = _flat_object_on_grey((118, 128, 142))
+    edge_only, neither = RingHarmonizer(cast_strength=0.0), RingHarmonizer(cast_strength=0.0, chroma=(1e-4, 2.25))
+    assert _chroma(edge_only.harmonize(tinted, mask)[mask]) < 0.65 * _chroma(tinted[mask])
+    assert _chroma(neither.harmonize(tinted, mask)[mask]) > 0.9 * _chroma(tinted[mask])
+    red, mask = _flat_object_on_grey((30, 30, 200))
+    assert _chroma(edge_only.harmonize(red, mask)[mask]) > 0.85 * _chroma(red[mask])
+
+
 def test_ring_reads_only_its_ring():
     assert RingHarmonizer().context_px(100) == 30  # ring's white points come from a 30 % ring
     assert RingHarmonizer(ring_share=0.15).context_px(100) == 15 == GlobalLabHarmonizer().context_px(100)
