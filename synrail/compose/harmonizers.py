@@ -43,6 +43,7 @@ from synrail.compose.harmony_kernels import (
     mask_window,
     ring_mask,
     ring_pixels,
+    ring_pixels_on_grid,
     ring_statistics_lut,
     ring_width,
     smooth_fill,
@@ -122,11 +123,15 @@ class _RingStatistics(Harmonizer):
         ring_px = self.ring_px or self._ring_px(mask, object_height)
         window = mask_window(mask, ring_px)
         image, object_mask = composite_bgr[window], mask[window]
-        ring = image[ring_mask(object_mask, ring_px)]
+        ring = self._ring_of(image, object_mask, ring_px)
         if len(ring) < _MIN_RING_PX:
             return out
         out[window][object_mask] = self._corrected_in(image, object_mask, ring)
         return out
+
+    def _ring_of(self, image: np.ndarray, object_mask: np.ndarray, ring_px: int) -> np.ndarray:
+        """The M x 3 ring pixels the statistics are computed from."""
+        return image[ring_mask(object_mask, ring_px)]
 
     def _corrected_in(self, image: np.ndarray, object_mask: np.ndarray, ring: np.ndarray) -> np.ndarray:
         """The object's pixels (``image[object_mask]``) corrected, from the window and its ring's M x 3 pixels."""
@@ -248,6 +253,11 @@ class RingHarmonizer(LocalStatsHarmonizer):
         self.cast_prior = tuple(cast_prior)
         self.lightness, self.chroma, self.spread = tuple(lightness), tuple(chroma), tuple(spread)
         self.ring_share = ring_share
+
+    def _ring_of(self, image: np.ndarray, object_mask: np.ndarray, ring_px: int) -> np.ndarray:
+        # A 30 % ring around a large object is wide: sample it on a grid (the statistics take at most
+        # _WHITE_POINT_SAMPLES pixels anyway), so its cost does not grow with its area.
+        return ring_pixels_on_grid(image, object_mask, ring_px, _WHITE_POINT_SAMPLES)
 
     def _corrected_in(self, image: np.ndarray, object_mask: np.ndarray, ring: np.ndarray) -> np.ndarray:
         # Statistics from samples, the pixels through two cheap maps: the white-point correction is

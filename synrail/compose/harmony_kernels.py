@@ -107,6 +107,28 @@ def ring_pixels(canvas_bgr: np.ndarray, mask: np.ndarray, width_px: int) -> np.n
     return canvas_bgr[ring_mask(mask, width_px)]
 
 
+def ring_pixels_on_grid(image_bgr: np.ndarray, mask: np.ndarray, width_px: int, count: int) -> np.ndarray:
+    """The ring's colours (:func:`ring_pixels`) on a grid of every k-th row and column, k such that
+    about ``count`` or more remain: a wide ring around a large object costs its dilation and gather
+    in proportion to its area, and statistics need no more pixels.
+
+    Args:
+        image_bgr: H x W x 3 image, the object's window (:func:`mask_window` grown by the ring), so
+            that its background is about the ring.
+        mask: H x W bool, the object.
+        width_px: the ring width, in full-resolution pixels.
+        count: about how many ring pixels are enough.
+
+    Returns:
+        N x 3, one row per ring pixel on the grid (all of them when the ring is small).
+    """
+    background = mask.size - np.count_nonzero(mask)  # the ring is at most this
+    step = max(1, int(np.sqrt(background / count)))
+    if step == 1:
+        return ring_pixels(image_bgr, mask, width_px)
+    return ring_pixels(image_bgr[::step, ::step], mask[::step, ::step], max(1, width_px // step))
+
+
 def subsample(pixels: np.ndarray, count: int = _RING_SAMPLES) -> np.ndarray:
     """Every k-th row of ``pixels`` so that about ``count`` remain (statistics need no more).
 

@@ -46,8 +46,10 @@ from synrail.compose.harmony_kernels import (
     edge_lightness_shift,
     exposure_correction,
     harmonize_lab,
+    mask_window,
     posterior_shift,
     ring_pixels,
+    ring_pixels_on_grid,
     ring_statistics_lut,
     to_lab,
     to_lab_8bit,
@@ -370,6 +372,23 @@ def test_ring_takes_the_cast_from_the_step_across_the_edge():
     assert _chroma(neither.harmonize(tinted, mask)[mask]) > 0.9 * _chroma(tinted[mask])
     red, mask = _flat_object_on_grey((30, 30, 200))
     assert _chroma(edge_only.harmonize(red, mask)[mask]) > 0.85 * _chroma(red[mask])
+
+
+def test_a_wide_ring_is_sampled_on_a_grid():
+    """In the object's window, a small ring is taken whole; a large one on a grid that leaves about
+    the pixels asked for or more, every one of them a ring pixel."""
+    image, mask = _scene()
+    window = mask_window(mask, 5)
+    assert np.array_equal(ring_pixels_on_grid(image[window], mask[window], 5, 16384),
+                          ring_pixels(image[window], mask[window], 5))
+    image = np.arange(400 * 500 * 3, dtype=np.int64).reshape(400, 500, 3)  # every pixel its own colour
+    big = np.zeros((400, 500), dtype=bool)
+    big[100:300, 150:350] = True
+    window = mask_window(big, 60)
+    full = ring_pixels(image[window], big[window], 60)  # 62,400 pixels
+    sampled = ring_pixels_on_grid(image[window], big[window], 60, 4096)
+    assert 4096 <= len(sampled) < len(full) // 8  # every 3rd row and column: about 1/9 of the ring
+    assert set(map(tuple, sampled)) <= set(map(tuple, full))
 
 
 def test_ring_reads_only_its_ring():
