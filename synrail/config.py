@@ -272,7 +272,7 @@ class LocalHarmonizeConfig(_HarmonizeBackend):
 
 
 class RingHarmonizeConfig(LocalHarmonizeConfig):
-    """``ring``: ``local``, then the ring's Lab statistics by posterior share (prior range, scene spread)."""
+    """``ring``: ``local``, then the lightness and colour steps across the object's edge by posterior share."""
 
     backend: Literal["ring"]
     cast_strength: float = Field(default=1.0, ge=0, le=1)
@@ -280,9 +280,11 @@ class RingHarmonizeConfig(LocalHarmonizeConfig):
     lightness: tuple[float, float] = Field(default=(40.0, 2.25),
                                            description="(prior range in L, scene spread per robust spread of "
                                                        "the lightness steps across the object's edge)")
-    chroma: tuple[float, float] = (10.0, 8.0)
+    chroma: tuple[float, float] = Field(default=(30.0, 2.25),
+                                        description="(prior range of the cast's length in a-b units, scene spread "
+                                                    "per robust spread of the colour steps across the object's edge)")
     spread: tuple[float, float] = Field(default=(0.0, 0.3), description="(prior range, scene spread); 0: off")
-    ring_share: float = Field(default=0.15, gt=0, le=2, description="ring width / object height")
+    ring_share: float = Field(default=0.3, gt=0, le=2, description="ring width / object height")
 
 
 class LabHarmonizeConfig(_HarmonizeBackend):

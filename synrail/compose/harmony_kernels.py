@@ -8,9 +8,9 @@ built from. Nothing here keeps state or knows about configs.
   ``edge_differences``);
 - posteriors: how much of an observed object-to-ring difference is a mismatch to undo rather than
   the scene's own difference (``exposure_correction`` for a gain, ``posterior_shift`` for an offset,
-  ``edge_lightness_shift`` for the step across the edge);
+  ``edge_lightness_shift`` and ``edge_cast_shift`` for the lightness and colour steps across the edge);
 - transfers: ``harmonize_lab`` (partial Reinhard transfer, the first default), ``white_point_transform``
-  (``local``'s von Kries correction, an affine map), ``ring_statistics_lut`` (``ring``'s guarded Lab
+  (``local``'s von Kries correction, an affine map), ``ring_statistics_lut`` (``ring``'s Lab
   transfer, a per-channel table on 8-bit Lab);
 - fills for gradient-domain blending (``smooth_fill``, ``fill_from_nearest``).
 """
@@ -105,6 +105,28 @@ def ring_pixels(canvas_bgr: np.ndarray, mask: np.ndarray, width_px: int) -> np.n
         N x 3, one row per ring pixel.
     """
     return canvas_bgr[ring_mask(mask, width_px)]
+
+
+def ring_pixels_on_grid(image_bgr: np.ndarray, mask: np.ndarray, width_px: int, count: int) -> np.ndarray:
+    """The ring's colours (:func:`ring_pixels`) on a grid of every k-th row and column, k such that
+    about ``count`` or more remain: a wide ring around a large object costs its dilation and gather
+    in proportion to its area, and statistics need no more pixels.
+
+    Args:
+        image_bgr: H x W x 3 image, the object's window (:func:`mask_window` grown by the ring), so
+            that its background is about the ring.
+        mask: H x W bool, the object.
+        width_px: the ring width, in full-resolution pixels.
+        count: about how many ring pixels are enough.
+
+    Returns:
+        N x 3, one row per ring pixel on the grid (all of them when the ring is small).
+    """
+    background = mask.size - np.count_nonzero(mask)  # the ring is at most this
+    step = max(1, int(np.sqrt(background / count)))
+    if step == 1:
+        return ring_pixels(image_bgr, mask, width_px)
+    return ring_pixels(image_bgr[::step, ::step], mask[::step, ::step], max(1, width_px // step))
 
 
 def subsample(pixels: np.ndarray, count: int = _RING_SAMPLES) -> np.ndarray:
@@ -351,14 +373,13 @@ def apply_affine_8bit(pixels_bgr: np.ndarray, transform: np.ndarray) -> np.ndarr
 
 
 def ring_statistics_lut(obj_lab: np.ndarray, ring_lab: np.ndarray, lightness_shift: float,
-                        chroma: tuple[float, float], spread: tuple[float, float]) -> np.ndarray:
-    """The object's lightness mean moved by ``lightness_shift`` (:func:`edge_lightness_shift`) and
-    the ring's other Lab statistics moved onto it, each by its posterior share (:func:`posterior_shift`),
+                        cast: np.ndarray, spread: tuple[float, float]) -> np.ndarray:
+    """The object's lightness mean moved by ``lightness_shift`` (:func:`edge_lightness_shift`), its
+    a, b codes by ``cast`` (:func:`edge_cast_shift`) and, optionally, its spreads toward the ring's,
     as a per-channel table on OpenCV's 8-bit Lab codes (``cv2.LUT``).
 
     - the lightness shift is a power curve on L (:func:`tone_power`): black and white stay;
-    - the colour cast (the a, b means) along the ring-minus-object chroma difference, by the posterior
-      of its length: an object far from its ring in colour (saturated, its colour its own) keeps it;
+    - the cast is an offset on a and b;
     - the spread of each channel (contrast, saturation) by the posterior of the log std ratio, within
       ``CONTRAST_LIMITS`` (not at all for a prior range of 0).
 
@@ -367,27 +388,23 @@ def ring_statistics_lut(obj_lab: np.ndarray, ring_lab: np.ndarray, lightness_shi
 
     Args:
         obj_lab: N x 3 Lab, the object's pixels (or a sample of them).
-        ring_lab: M x 3 Lab, the ring's.
+        ring_lab: M x 3 Lab, the ring's (read only for the spreads).
         lightness_shift: L units added to the object's mean lightness.
-        chroma: (prior range, scene spread) of the cast, a-b units.
+        cast: the (a, b) offsets to add.
         spread: (prior range, scene spread) of the log std ratio.
 
     Returns:
         256 x 1 x 3 uint8: new 8-bit Lab code per old code, per channel.
     """
     obj_mean, obj_std = mean_std(obj_lab)
-    ring_mean, ring_std = mean_std(ring_lab)
-    shift = np.zeros(3, dtype=np.float32)
-    cast = ring_mean[1:] - obj_mean[1:]
-    length = float(np.hypot(*cast))
-    if length > _EPS:
-        shift[1:] = cast / length * posterior_shift(length, *chroma)
     scale = np.ones(3, dtype=np.float32)
     if spread[0] > 0:  # a prior range of 0: the spreads are left alone (and nothing is computed)
+        _, ring_std = mean_std(ring_lab)
         scale = np.clip(np.exp(posterior_shift(np.log(ring_std / obj_std), *spread)), *CONTRAST_LIMITS)
     codes = np.arange(256, dtype=np.float32)[:, None]
     values = codes * _LAB_8BIT_SCALE - _LAB_8BIT_OFFSET  # 256 x 3: each code's L, a, b
-    mapped = (values - obj_mean) * scale + obj_mean + np.array([0.0, *shift[1:]], dtype=np.float32)
+    offset = np.array([0.0, *np.asarray(cast, dtype=np.float32)], dtype=np.float32)
+    mapped = (values - obj_mean) * scale + obj_mean + offset
     mapped[:, 0] = np.clip(mapped[:, 0], 0.0, 100.0)
     scaled_lightness = np.clip((obj_lab[:, 0] - obj_mean[0]) * scale[0] + obj_mean[0], 0.0, 100.0)
     power = tone_power(scaled_lightness, obj_mean[0] + lightness_shift)
@@ -424,7 +441,7 @@ def edge_pairs(mask: np.ndarray, band_px: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def edge_differences(image_bgr: np.ndarray, mask: np.ndarray, band_px: int) -> np.ndarray:
-    """Lightness steps across the object's edge (8-bit CIE L units), outside minus inside, over the
+    """Colour steps across the object's edge (8-bit CIE Lab units), outside minus inside, over the
     pairs of :func:`edge_pairs`.
 
     Args:
@@ -433,13 +450,13 @@ def edge_differences(image_bgr: np.ndarray, mask: np.ndarray, band_px: int) -> n
         band_px: the depth of the bands on both sides of the edge.
 
     Returns:
-        One difference per outer band pixel (empty when either band is).
+        N x 3 (L, a, b), one row per outer band pixel (no rows when either band is empty).
     """
     outside, inside = edge_pairs(mask, band_px)
     if not outside.size:
-        return np.zeros(0, dtype=np.float32)
+        return np.zeros((0, 3), dtype=np.float32)
     pixels = image_bgr.reshape(-1, 3)
-    return to_lab_8bit(pixels[outside])[:, 0] - to_lab_8bit(pixels[inside])[:, 0]
+    return to_lab_8bit(pixels[outside]) - to_lab_8bit(pixels[inside])
 
 
 def _erode(mask: np.ndarray, radius: int) -> np.ndarray:
@@ -471,6 +488,37 @@ def edge_lightness_shift(differences: np.ndarray, prior_range: float, spread_sha
     median = float(np.median(differences))
     robust_spread = _MAD_TO_STD * float(np.median(np.abs(differences - median)))
     return float(posterior_shift(median, prior_range, spread_share * robust_spread + _EDGE_SPREAD_FLOOR))
+
+
+def edge_cast_shift(differences: np.ndarray, prior_range: float, spread_share: float) -> np.ndarray:
+    """The colour cast to undo, from the (a, b) steps across the object's edge: the same evidence as
+    :func:`edge_lightness_shift`, in the chroma plane.
+
+    A cast adds one (a, b) offset to every step around the edge, so the observation is the per-channel
+    median step and the scene spread ``spread_share`` times the steps' robust spread (the length of
+    the per-channel MADs as standard deviations, at least ``_EDGE_SPREAD_FLOOR``). The shift is the
+    posterior of the median's length (:func:`posterior_shift`) along its direction: a consistent
+    slight tint all around the edge is mostly undone; a step far beyond ``prior_range`` (a red car on
+    grey ballast: its colour is its own) falls back toward none, as does one that varies around the
+    edge (an object's own colours).
+
+    Args:
+        differences: N x 2 outer minus inner (a, b) per pair across the edge.
+        prior_range: half-width of the flat prior over the cast's length (a-b units).
+        spread_share: scene spread per robust spread of the steps.
+
+    Returns:
+        The (a, b) shift to add to the object (zeros without enough pairs).
+    """
+    if len(differences) < _MIN_EDGE_PAIRS:
+        return np.zeros(2, dtype=np.float32)
+    median = np.median(differences, axis=0)
+    robust_spread = _MAD_TO_STD * float(np.hypot(*np.median(np.abs(differences - median), axis=0)))
+    length = float(np.hypot(*median))
+    if length < _EPS:
+        return np.zeros(2, dtype=np.float32)
+    shift = posterior_shift(length, prior_range, spread_share * robust_spread + _EDGE_SPREAD_FLOOR)
+    return (median / length * float(shift)).astype(np.float32)
 
 
 def apply_lab_lut_8bit(pixels_bgr: np.ndarray, lut: np.ndarray) -> np.ndarray:

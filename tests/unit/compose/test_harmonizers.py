@@ -41,12 +41,15 @@ from synrail.compose.harmonizers import (
 from synrail.compose.harmony_kernels import (
     apply_affine_8bit,
     apply_lab_lut_8bit,
+    edge_cast_shift,
     edge_differences,
     edge_lightness_shift,
     exposure_correction,
     harmonize_lab,
+    mask_window,
     posterior_shift,
     ring_pixels,
+    ring_pixels_on_grid,
     ring_statistics_lut,
     to_lab,
     to_lab_8bit,
@@ -360,13 +363,41 @@ def test_ring_keeps_a_saturated_object_saturated_and_removes_a_slight_cast():
     assert _chroma(RingHarmonizer().harmonize(tinted, mask)[mask]) < 0.6 * _chroma(tinted[mask])
 
 
+def test_ring_takes_the_cast_from_the_step_across_the_edge():
+    """With the white points' cast switched off, the slight tint is still undone, by the colour step
+    across the edge alone (and not without it); a red object still keeps its colour."""
+    tinted, mask = _flat_object_on_grey((118, 128, 142))
+    edge_only, neither = RingHarmonizer(cast_strength=0.0), RingHarmonizer(cast_strength=0.0, chroma=(1e-4, 2.25))
+    assert _chroma(edge_only.harmonize(tinted, mask)[mask]) < 0.65 * _chroma(tinted[mask])
+    assert _chroma(neither.harmonize(tinted, mask)[mask]) > 0.9 * _chroma(tinted[mask])
+    red, mask = _flat_object_on_grey((30, 30, 200))
+    assert _chroma(edge_only.harmonize(red, mask)[mask]) > 0.85 * _chroma(red[mask])
+
+
+def test_a_wide_ring_is_sampled_on_a_grid():
+    """In the object's window, a small ring is taken whole; a large one on a grid that leaves about
+    the pixels asked for or more, every one of them a ring pixel."""
+    image, mask = _scene()
+    window = mask_window(mask, 5)
+    assert np.array_equal(ring_pixels_on_grid(image[window], mask[window], 5, 16384),
+                          ring_pixels(image[window], mask[window], 5))
+    image = np.arange(400 * 500 * 3, dtype=np.int64).reshape(400, 500, 3)  # every pixel its own colour
+    big = np.zeros((400, 500), dtype=bool)
+    big[100:300, 150:350] = True
+    window = mask_window(big, 60)
+    full = ring_pixels(image[window], big[window], 60)  # 62,400 pixels
+    sampled = ring_pixels_on_grid(image[window], big[window], 60, 4096)
+    assert 4096 <= len(sampled) < len(full) // 8  # every 3rd row and column: about 1/9 of the ring
+    assert set(map(tuple, sampled)) <= set(map(tuple, full))
+
+
 def test_ring_reads_only_its_ring():
-    assert RingHarmonizer().context_px(100) == 15 == GlobalLabHarmonizer().context_px(100)
-    assert RingHarmonizer(ring_share=0.3).context_px(100) == 30
+    assert RingHarmonizer().context_px(100) == 30  # ring's white points come from a 30 % ring
+    assert RingHarmonizer(ring_share=0.15).context_px(100) == 15 == GlobalLabHarmonizer().context_px(100)
     image, mask = _scene()
     composite = _pasted(image, mask)
     full = RingHarmonizer().harmonize(composite, mask)
-    window = (slice(37, 90), slice(22, 99))  # the object's box plus its 15 % ring, cut at the border
+    window = (slice(31, 90), slice(16, 105))  # the object's box plus its 30 % ring (14 px), cut at the border
     assert np.array_equal(RingHarmonizer().harmonize(composite[window], mask[window]), full[window])
 
 
@@ -401,11 +432,15 @@ def test_edge_differences_pair_each_outer_pixel_with_the_nearest_inner_one():
     steps = edge_differences(image, mask, 3)
     outer = int((cv2.dilate(mask.astype(np.uint8), cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (7, 7)))
                  .astype(bool) & ~mask).sum())
-    assert steps.size == outer
+    assert steps.shape == (outer, 3)  # L, a, b per pair
     dark, bright = [float(to_lab_8bit(np.array([[v, v, v]], dtype=np.uint8))[0, 0]) for v in (60, 140)]
     grey = float(to_lab_8bit(np.array([[100, 100, 100]], dtype=np.uint8))[0, 0])
-    assert np.isclose(steps.max(), grey - dark, atol=0.5) and np.isclose(steps.min(), grey - bright, atol=0.5)
-    assert edge_differences(image, np.zeros_like(mask), 3).size == 0
+    lightness = steps[:, 0]
+    assert np.isclose(lightness.max(), grey - dark, atol=0.5) and np.isclose(lightness.min(), grey - bright, atol=0.5)
+    assert np.abs(steps[:, 1:]).max() <= 1.0  # grey against grey: no colour step
+    image[mask] = (60, 60, 140)  # a reddish object: outside minus inside goes down in a
+    assert float(np.median(edge_differences(image, mask, 3)[:, 1])) < -20.0
+    assert edge_differences(image, np.zeros_like(mask), 3).shape == (0, 3)
 
 
 def test_edge_lightness_shift_undoes_a_consistent_step_and_keeps_a_varied_one():
@@ -418,6 +453,21 @@ def test_edge_lightness_shift_undoes_a_consistent_step_and_keeps_a_varied_one():
     assert 0.0 < edge_lightness_shift(varied, 40.0, 2.0) < 10.0
     assert edge_lightness_shift(-consistent, 40.0, 2.0) < -17.0  # either way
     assert edge_lightness_shift(consistent[:5], 40.0, 2.0) == 0.0  # too few pairs: no evidence
+
+
+def test_edge_cast_shift_undoes_a_consistent_tint_and_keeps_an_objects_own_colour():
+    """A slight tint all around the edge (a cast) is mostly undone; a large consistent colour step
+    (a red car on grey ballast), or one that varies around the edge (the object's own colours), is
+    mostly kept."""
+    rng = np.random.default_rng(1)
+    tint = np.array([-6.0, 4.0]) + rng.normal(0, 1.0, (400, 2))
+    shift = edge_cast_shift(tint, 30.0, 2.25)
+    assert np.allclose(shift, [-6.0, 4.0], atol=1.5)  # mostly undone, along the tint's direction
+    red_car = np.array([-60.0, -40.0]) + rng.normal(0, 2.0, (400, 2))  # grey outside minus red inside
+    assert np.hypot(*edge_cast_shift(red_car, 30.0, 2.25)) < 0.3 * np.hypot(60.0, 40.0)
+    varied = np.array([-6.0, 4.0]) + rng.normal(0, 25.0, (400, 2))
+    assert np.hypot(*edge_cast_shift(varied, 30.0, 2.25)) < 0.5 * np.hypot(6.0, 4.0)
+    assert np.array_equal(edge_cast_shift(tint[:5], 30.0, 2.25), np.zeros(2))  # too few pairs: no evidence
 
 
 def test_ring_measures_edge_steps_at_a_bounded_scale():
@@ -433,8 +483,8 @@ def test_ring_measures_edge_steps_at_a_bounded_scale():
     big_image = cv2.resize(image, (660, 600), interpolation=cv2.INTER_NEAREST)  # its window: over 512 px
     big_mask = cv2.resize(mask.astype(np.uint8), (660, 600), interpolation=cv2.INTER_NEAREST).astype(bool)
     identity = np.hstack([np.eye(3), np.zeros((3, 1))]).astype(np.float32)
-    steps = RingHarmonizer._edge_steps(image, mask, identity)
-    big_steps = RingHarmonizer._edge_steps(big_image, big_mask, identity)
+    steps = RingHarmonizer._edge_steps(image, mask, identity)[:, 0]
+    big_steps = RingHarmonizer._edge_steps(big_image, big_mask, identity)[:, 0]
     assert steps.size < big_steps.size < 1.7 * steps.size  # shrunk to 512: about 1.55x the edge, not 2x
     assert float(np.median(steps)) > 12.0 and float(np.median(big_steps)) > 8.0  # outside minus a darker inside
     out = RingHarmonizer().harmonize(image, mask)
@@ -442,16 +492,15 @@ def test_ring_measures_edge_steps_at_a_bounded_scale():
 
 
 def test_ring_lab_table_moves_lightness_and_cast_and_keeps_black_and_white():
-    """The table is the transfer: the lightness shift asked for lifts the object's mean, a slight
-    cast is moved onto its a, b codes, and L 0 and 100 stay where they are."""
+    """The table is the transfer: the lightness shift asked for lifts the object's mean, the cast
+    asked for is added to its a, b codes, and L 0 and 100 stay where they are."""
     obj, ring = _lab_region(40.0, 3.0, 0), _lab_region(60.0, 3.0, 1)
-    ring[:, 1] += 4.0  # the ring's light is slightly redder
-    lut = ring_statistics_lut(obj, ring, 20.0, (10.0, 8.0), (0.0, 0.3))
+    lut = ring_statistics_lut(obj, ring, 20.0, np.array([4.0, 0.0]), (0.0, 0.3))
     assert lut.shape == (256, 1, 3) and lut.dtype == np.uint8
     assert lut[0, 0, 0] == 0 and lut[255, 0, 0] == 255
     assert abs(float(_lut_lightness(lut, obj[:, 0]).mean() - obj[:, 0].mean()) - 20.0) < 1.0
-    assert 2 <= int(lut[128, 0, 1]) - 128 <= 5  # a: most of the 4-unit cast
-    assert abs(int(lut[128, 0, 2]) - 128) <= 1  # b: no cast to move
+    assert np.all(lut[:252, 0, 1].astype(int) - np.arange(252) == 4)  # a: the 4-unit cast, every code below the top
+    assert np.all(lut[:, 0, 2] == np.arange(256))  # b: no cast to move
     pixels = cv2.cvtColor(np.full((1, 1, 3), (90, 100, 110), dtype=np.uint8), cv2.COLOR_BGR2Lab)
     out = apply_lab_lut_8bit(np.full((5, 3), (90, 100, 110), dtype=np.uint8), lut)
     back = cv2.cvtColor(cv2.LUT(pixels, lut), cv2.COLOR_Lab2BGR).reshape(3)
@@ -487,8 +536,10 @@ def test_ring_on_samples_matches_the_transfer_on_every_pixel():
                   * 255.0 + 0.5, 0, 255).astype(np.uint8)
     lit_image = composite.copy()
     lit_image[mask] = lit
-    shift = edge_lightness_shift(edge_differences(lit_image, mask, 3), *harmonizer.lightness)
-    lut = ring_statistics_lut(to_lab_8bit(lit), to_lab_8bit(ring), shift, (10.0, 8.0), (0.0, 0.3))
+    steps = edge_differences(lit_image, mask, 3)
+    lut = ring_statistics_lut(to_lab_8bit(lit), to_lab_8bit(ring),
+                              edge_lightness_shift(steps[:, 0], *harmonizer.lightness),
+                              edge_cast_shift(steps[:, 1:], *harmonizer.chroma), (0.0, 0.3))
     reference = apply_lab_lut_8bit(lit, lut)
     assert np.abs(out[mask].astype(int) - reference).mean() < 1.5  # a level or so of rounding and sampling
     assert np.abs(out[mask].mean(axis=0) - reference.mean(axis=0)).max() < 2.0  # no drift in the mean
