@@ -285,6 +285,10 @@ class RingHarmonizeConfig(LocalHarmonizeConfig):
                                                     "per robust spread of the colour steps across the object's edge)")
     spread: tuple[float, float] = Field(default=(0.0, 0.3), description="(prior range, scene spread); 0: off")
     ring_share: float = Field(default=0.3, gt=0, le=2, description="ring width / object height")
+    edge_disagreement: float = Field(default=2.0, ge=0,
+                                     description="the exposure's scene spread widens by this share of the white "
+                                                 "points' and the edge's disagreement when they point opposite "
+                                                 "ways; 0: off")
 
 
 class LabHarmonizeConfig(_HarmonizeBackend):

@@ -36,6 +36,7 @@ from synrail.compose.harmony_kernels import (
     dilate,
     edge_cast_shift,
     edge_lightness_shift,
+    edge_log_ratio,
     edge_pairs,
     fill_from_nearest,
     harmonize_lab,
@@ -248,9 +249,11 @@ class RingHarmonizer(LocalStatsHarmonizer):
                  spread: tuple[float, float] = (0.0, 0.3), ring_share: float = RING_BACKEND_SHARE,
                  cast_prior: tuple[float, float] = (0.4, 0.2),
                  exposure_range: float = 0.6, scene_spread: float = 0.3, cast_strength: float = 1.0,
-                 contrast_share: float = 0.3, percentile: float = 99.0, ring_px: int | None = None) -> None:
+                 contrast_share: float = 0.3, percentile: float = 99.0, ring_px: int | None = None,
+                 edge_disagreement: float = 2.0) -> None:
         super().__init__(exposure_range, scene_spread, cast_strength, contrast_share, percentile, ring_px)
         self.cast_prior = tuple(cast_prior)
+        self.edge_disagreement = edge_disagreement
         self.lightness, self.chroma, self.spread = tuple(lightness), tuple(chroma), tuple(spread)
         self.ring_share = ring_share
 
@@ -266,10 +269,16 @@ class RingHarmonizer(LocalStatsHarmonizer):
         obj = image[object_mask]
         ring = subsample(ring, _WHITE_POINT_SAMPLES)
         sample = subsample(obj, _WHITE_POINT_SAMPLES)
+        outside, inside = self._edge_pixels(image, object_mask)
+        outside_lab = to_lab_8bit(outside) if len(outside) else np.zeros((0, 3), dtype=np.float32)
+        edge_check = None
+        if self.edge_disagreement > 0 and len(outside):  # the uncorrected edge vets the white points' exposure
+            edge_ratio = edge_log_ratio(outside_lab[:, 0], to_lab_8bit(inside)[:, 0])
+            edge_check = None if edge_ratio is None else (edge_ratio, self.edge_disagreement)
         transform = white_point_transform(sample.astype(np.float32) / 255.0, ring.astype(np.float32) / 255.0,
                                           self.percentile, self.exposure_range, self.scene_spread,
-                                          self.cast_strength, self.contrast_share, self.cast_prior)
-        steps = self._edge_steps(image, object_mask, transform)
+                                          self.cast_strength, self.contrast_share, self.cast_prior, edge_check)
+        steps = outside_lab - to_lab_8bit(apply_affine_8bit(inside, transform)) if len(inside) else outside_lab
         lut = ring_statistics_lut(to_lab_8bit(apply_affine_8bit(sample, transform)), to_lab_8bit(subsample(ring)),
                                   edge_lightness_shift(steps[:, 0], *self.lightness),
                                   edge_cast_shift(steps[:, 1:], *self.chroma), self.spread)
@@ -277,20 +286,27 @@ class RingHarmonizer(LocalStatsHarmonizer):
 
     @staticmethod
     def _edge_steps(image: np.ndarray, object_mask: np.ndarray, transform: np.ndarray) -> np.ndarray:
-        """The (L, a, b) steps across the edge of the white-point-corrected object (N x 3), measured
-        on the window shrunk to ``_EDGE_SIDE_PX`` at most: the distance transform that pairs the
-        pixels costs in proportion to the window (shrinking to 256 px instead cost the synthetic
-        benchmark 4 points: a shrink mixes the edge's pixels and softens the step)."""
+        """The (L, a, b) steps across the edge of the object corrected by ``transform`` (N x 3), over
+        the pairs of :meth:`_edge_pixels`."""
+        outside, inside = RingHarmonizer._edge_pixels(image, object_mask)
+        if not len(outside):
+            return np.zeros((0, 3), dtype=np.float32)
+        return to_lab_8bit(outside) - to_lab_8bit(apply_affine_8bit(inside, transform))
+
+    @staticmethod
+    def _edge_pixels(image: np.ndarray, object_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The BGR pixels paired across the object's edge (outer, inner; N x 3 uint8 each), on the
+        window shrunk to ``_EDGE_SIDE_PX`` at most: the distance transform that pairs the pixels
+        costs in proportion to the window (shrinking to 256 px instead cost the synthetic benchmark
+        4 points: a shrink mixes the edge's pixels and softens the step)."""
         scale = _EDGE_SIDE_PX / max(image.shape[:2])
         if scale < 1.0:
             size = (max(1, round(image.shape[1] * scale)), max(1, round(image.shape[0] * scale)))
             image = cv2.resize(image, size, interpolation=cv2.INTER_AREA)
             object_mask = cv2.resize(object_mask.astype(np.float32), size, interpolation=cv2.INTER_AREA) >= 0.5
         outside, inside = edge_pairs(object_mask, _EDGE_BAND_PX)
-        if not outside.size:
-            return np.zeros((0, 3), dtype=np.float32)
         pixels = image.reshape(-1, 3)  # only the paired object pixels go through the correction
-        return to_lab_8bit(pixels[outside]) - to_lab_8bit(apply_affine_8bit(pixels[inside], transform))
+        return pixels[outside], pixels[inside]
 
 
 class PoissonHarmonizer(Harmonizer):

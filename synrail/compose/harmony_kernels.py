@@ -5,7 +5,7 @@ built from. Nothing here keeps state or knows about configs.
   ``mask_window``);
 - statistics: CIE Lab conversion, per-channel mean and spread, white points, luminance;
 - edges: pixels paired across the object's edge and their lightness steps (``edge_pairs``,
-  ``edge_differences``);
+  ``edge_differences``, ``edge_log_ratio``: the edge's reading of an exposure mismatch);
 - posteriors: how much of an observed object-to-ring difference is a mismatch to undo rather than
   the scene's own difference (``exposure_correction`` for a gain, ``posterior_shift`` for an offset,
   ``edge_lightness_shift`` and ``edge_cast_shift`` for the lightness and colour steps across the edge);
@@ -206,7 +206,8 @@ def _scene_likelihood(observed: np.ndarray, grid: np.ndarray, scene_spread: floa
     return (1.0 + z * z / _SCENE_TAIL_DOF) ** (-(_SCENE_TAIL_DOF + 1.0) / 2.0)  # t density, up to a factor
 
 
-def exposure_correction(log_ratio: float, clipped: bool, exposure_range: float, scene_spread: float) -> float:
+def exposure_correction(log_ratio: float, clipped: bool, exposure_range: float, scene_spread: float,
+                        edge_check: tuple[float, float] | None = None) -> float:
     """The log gain that best undoes an object's exposure mismatch x, given the log ratio of its white
     point to its surroundings' = x + the scene's own difference.
 
@@ -217,15 +218,27 @@ def exposure_correction(log_ratio: float, clipped: bool, exposure_range: float, 
     ``log_ratio``. The gain is the posterior mean of exp(-x), the one factor with the least expected
     squared error in the pixels, not exp of the mean of -x.
 
+    ``edge_check`` (edge log ratio, share) brings a second, independent reading of the same mismatch:
+    the luminance step across the object's edge (:func:`edge_log_ratio`). When it points the other
+    way (one says brighten, the other darken) the white points are not measuring the mismatch alone
+    (a bright sky in the ring, the object's specular highlights): the scene's scale widens to the
+    hypotenuse of ``scene_spread`` and share x the two readings' difference, so the correction falls
+    back toward none. Readings of one sign are left alone: the edge's size also carries the scene's
+    own contrast there, so only its direction is trusted.
+
     Args:
         log_ratio: log(object white point / ring white point).
         clipped: whether the object's white point is at the top of the range.
         exposure_range: half-width of the flat prior over the mismatch (log units).
         scene_spread: scale of the scene's own difference (log units).
+        edge_check: (the edge's log(object / ring) luminance, the disagreement's share of the
+            scale), or None.
 
     Returns:
         The log gain to multiply the object by.
     """
+    if edge_check is not None and edge_check[0] * log_ratio < 0:
+        scene_spread = float(np.hypot(scene_spread, edge_check[1] * (log_ratio - edge_check[0])))
     grid = _posterior_grid(exposure_range)
     likelihood = _scene_likelihood(np.array([log_ratio]), grid, scene_spread, clipped)[0]
     return float(np.log((likelihood * np.exp(-grid)).sum() / likelihood.sum()))
@@ -287,7 +300,8 @@ def harmonize_lab(object_bgr: np.ndarray, object_mask: np.ndarray, ring_bgr: np.
 
 def white_point_transform(obj: np.ndarray, ring: np.ndarray, percentile: float, exposure_range: float,
                           scene_spread: float, cast_strength: float, contrast_share: float,
-                          cast_prior: tuple[float, float] | None = None) -> np.ndarray:
+                          cast_prior: tuple[float, float] | None = None,
+                          edge_check: tuple[float, float] | None = None) -> np.ndarray:
     """Von Kries correction of an object toward the light of its ring, by white points, as the 3 x 4
     affine map (BGR in [0, 1] to BGR) it amounts to: per-channel gains plus a luminance contrast step.
 
@@ -306,6 +320,8 @@ def white_point_transform(obj: np.ndarray, ring: np.ndarray, percentile: float, 
         cast_prior: (prior range, scene spread) in log units: the cast moves by the posterior of its
             length (``posterior_shift``) instead of ``cast_strength``, so an object whose white points
             are far from the ring's (no white at all: a red car) keeps its colour.
+        edge_check: the edge's reading of the exposure mismatch and its weight, see
+            :func:`exposure_correction` (None: the white points alone).
 
     Returns:
         3 x 4 float32 [matrix | offset]: a pixel x (a BGR column) maps to matrix @ x + offset.
@@ -314,7 +330,8 @@ def white_point_transform(obj: np.ndarray, ring: np.ndarray, percentile: float, 
     object_white = white_point(luminance(obj), percentile)
     log_gain = exposure_correction(float(np.log(object_white / white_point(ring_luminance, percentile))),
                                    clipped=object_white >= _CLIPPED_WHITE,
-                                   exposure_range=exposure_range, scene_spread=scene_spread)
+                                   exposure_range=exposure_range, scene_spread=scene_spread,
+                                   edge_check=edge_check)
     log_cast = np.log(white_point(ring, percentile) / white_point(obj, percentile))
     log_cast -= log_cast.mean()  # the cast alone: its exposure part is log_gain's
     if cast_prior is None:
@@ -335,7 +352,8 @@ def white_point_transform(obj: np.ndarray, ring: np.ndarray, percentile: float, 
 
 def white_point_correction(obj: np.ndarray, ring: np.ndarray, percentile: float, exposure_range: float,
                            scene_spread: float, cast_strength: float, contrast_share: float,
-                           cast_prior: tuple[float, float] | None = None) -> np.ndarray:
+                           cast_prior: tuple[float, float] | None = None,
+                           edge_check: tuple[float, float] | None = None) -> np.ndarray:
     """:func:`white_point_transform` (same arguments) applied to ``obj``.
 
     Args:
@@ -347,12 +365,13 @@ def white_point_correction(obj: np.ndarray, ring: np.ndarray, percentile: float,
         cast_strength: share of the cast moved, 0-1.
         contrast_share: share of the log contrast ratio moved, 0-1.
         cast_prior: see :func:`white_point_transform`.
+        edge_check: see :func:`white_point_transform`.
 
     Returns:
         The corrected N x 3 values (not clipped).
     """
     transform = white_point_transform(obj, ring, percentile, exposure_range, scene_spread, cast_strength,
-                                      contrast_share, cast_prior)
+                                      contrast_share, cast_prior, edge_check)
     return obj @ transform[:, :3].T + transform[:, 3]
 
 
@@ -463,6 +482,26 @@ def _erode(mask: np.ndarray, radius: int) -> np.ndarray:
     """``mask`` shrunk by a disc of ``radius`` pixels (the image border does not erode it)."""
     kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * radius + 1, 2 * radius + 1))
     return cv2.erode(mask.astype(np.uint8), kernel, borderType=cv2.BORDER_REPLICATE).astype(bool)
+
+
+def edge_log_ratio(outside_lightness: np.ndarray, inside_lightness: np.ndarray) -> float | None:
+    """The object's exposure mismatch as the edge reads it: minus the median step in log luminance
+    across the edge, log(object / ring) in the units of the white points' ratio.
+
+    Lightness is turned back into log luminance by CIE's cube law (log Y = 3 log((L + 16) / 116),
+    its linear toe below L 8 ignored), so a step counts by the ratio it is, not by its size in L.
+
+    Args:
+        outside_lightness: L of the outer pixel of each pair across the edge (:func:`edge_pairs`).
+        inside_lightness: L of the inner pixel of each pair.
+
+    Returns:
+        The log ratio, or None with fewer than ``_MIN_EDGE_PAIRS`` pairs.
+    """
+    if outside_lightness.size < _MIN_EDGE_PAIRS:
+        return None
+    steps = np.log((outside_lightness + 16.0) / (inside_lightness + 16.0))
+    return -3.0 * float(np.median(steps))
 
 
 def edge_lightness_shift(differences: np.ndarray, prior_range: float, spread_share: float) -> float:

@@ -44,6 +44,8 @@ from synrail.compose.harmony_kernels import (
     edge_cast_shift,
     edge_differences,
     edge_lightness_shift,
+    edge_log_ratio,
+    edge_pairs,
     exposure_correction,
     harmonize_lab,
     mask_window,
@@ -185,6 +187,42 @@ def test_exposure_correction_trusts_a_plausible_mismatch_and_discounts_an_implau
     assert all(-0.6 - 1e-9 <= correct(r, clipped=False) <= 0.6 + 1e-9 for r in np.linspace(-5, 5, 21))
     # Clipped highlights only bound the ratio from below: the object may be brighter still.
     assert correct(0.0, clipped=True) < correct(0.0, clipped=False) - 0.1
+
+
+def test_exposure_correction_falls_back_when_the_edge_points_the_other_way():
+    """The edge's reading of the mismatch (log luminance across the edge, by CIE's cube law) vets the
+    white points': of one sign it changes nothing, however large; against them it widens the scene's
+    scale by the disagreement, and the correction falls back toward none."""
+    lightness = lambda y: 116.0 * np.cbrt(y) - 16.0  # noqa: E731 - CIE L of a luminance above 0.009
+    assert abs(edge_log_ratio(np.full(20, lightness(0.4)), np.full(20, lightness(0.2))) - np.log(0.5)) < 1e-4
+    assert edge_log_ratio(np.full(5, 60.0), np.full(5, 40.0)) is None  # too few pairs: no reading
+    correct = functools.partial(exposure_correction, clipped=False, exposure_range=0.6, scene_spread=0.3)
+    alone = correct(-0.37)  # the ring's white point is a bright sky: the object looks 0.37 too dark
+    assert alone > 0.15
+    assert correct(-0.37, edge_check=(-1.5, 2.0)) == alone  # the edge agrees (brighten): no change
+    assert correct(-0.37, edge_check=(0.3, 0.0)) == alone  # no weight on the disagreement: no change
+    checked = correct(-0.37, edge_check=(0.3, 2.0))  # the edge says the object is too bright
+    assert 0.0 < checked < 0.5 * alone
+    assert correct(-0.37, edge_check=(0.05, 2.0)) > checked  # a slighter disagreement keeps more
+
+
+def test_ring_does_not_brighten_an_object_after_a_bright_minority_of_its_ring():
+    """A grey object a little brighter than the dark ground it stands on, with a patch of bright sky in
+    the ring's outer part: the ring's white point is the sky, the white points say brighten, the
+    edge says the object is already the brighter. With the edge's check the white-point step (the
+    edge's lightness step switched off to see it alone) brightens it far less."""
+    rng = np.random.default_rng(8)
+    image = np.clip(rng.normal(90, 4, (120, 120, 3)), 0, 255).astype(np.uint8)
+    image[:14, 30:90] = 245  # sky, beyond the edge band but inside the 30 % ring
+    mask = np.zeros((120, 120), dtype=bool)
+    mask[30:100, 40:80] = True
+    image[mask] = np.clip(rng.normal(120, 6, (mask.sum(), 3)), 0, 255).astype(np.uint8)
+    before = image[mask].astype(float).mean()
+    white_points_only = {"lightness": (0.0, 2.25)}
+    unchecked = RingHarmonizer(edge_disagreement=0.0, **white_points_only).harmonize(image, mask)[mask].mean()
+    checked = RingHarmonizer(**white_points_only).harmonize(image, mask)[mask].mean()
+    assert unchecked > before + 30  # the white points alone brighten it by the sky
+    assert checked < before + 0.3 * (unchecked - before)
 
 
 def test_local_does_not_drag_an_object_unlike_its_surroundings_down_to_them():
@@ -532,8 +570,12 @@ def test_ring_on_samples_matches_the_transfer_on_every_pixel():
     out = harmonizer.harmonize(composite, mask)
     ring = ring_pixels(composite, mask, harmonizer.context_px(int(mask.any(axis=1).sum())))
     obj = composite[mask]
-    lit = np.clip(white_point_correction(obj / 255.0, ring / 255.0, 99.0, 0.6, 0.3, 1.0, 0.3, (0.4, 0.2))
-                  * 255.0 + 0.5, 0, 255).astype(np.uint8)
+    outside, inside = edge_pairs(mask, 3)
+    pixels = composite.reshape(-1, 3)
+    edge_check = (edge_log_ratio(to_lab_8bit(pixels[outside])[:, 0], to_lab_8bit(pixels[inside])[:, 0]),
+                  harmonizer.edge_disagreement)
+    lit = np.clip(white_point_correction(obj / 255.0, ring / 255.0, 99.0, 0.6, 0.3, 1.0, 0.3, (0.4, 0.2),
+                                         edge_check) * 255.0 + 0.5, 0, 255).astype(np.uint8)
     lit_image = composite.copy()
     lit_image[mask] = lit
     steps = edge_differences(lit_image, mask, 3)
