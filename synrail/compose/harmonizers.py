@@ -237,6 +237,13 @@ class RingHarmonizer(LocalStatsHarmonizer):
     The spreads are left alone by default (``spread``: prior range 0; on both benchmarks ``local``'s
     contrast step does as well, and it is cheaper).
 
+    The edge also vets the white points' exposure: the median log-luminance step across the
+    uncorrected edge (``edge_log_ratio``) is a second reading of the same mismatch. When the two point
+    opposite ways (the white points say brighten, the edge says the object is already the brighter:
+    a bright sky in the ring, or the object's own specular highlights setting its white point), the
+    exposure posterior's scene spread widens by ``edge_disagreement`` times their difference and the
+    correction falls back toward none (``exposure_correction``'s ``edge_check``; 0: off).
+
     Statistics come from samples; the pixels go through one affine map (the white-point
     correction) and one table on 8-bit Lab codes, so it composes about as fast as ``local``.
     Chosen on iHarmony4 composites (``benchmarks/harmonize.py --iharmony``; tuned on the half whose
