@@ -285,20 +285,19 @@ class RingHarmonizer(LocalStatsHarmonizer):
         transform = white_point_transform(sample.astype(np.float32) / 255.0, ring.astype(np.float32) / 255.0,
                                           self.percentile, self.exposure_range, self.scene_spread,
                                           self.cast_strength, self.contrast_share, self.cast_prior, edge_check)
-        steps = outside_lab - to_lab_8bit(apply_affine_8bit(inside, transform)) if len(inside) else outside_lab
+        steps = self._edge_steps(outside_lab, inside, transform)
         lut = ring_statistics_lut(to_lab_8bit(apply_affine_8bit(sample, transform)), to_lab_8bit(subsample(ring)),
                                   edge_lightness_shift(steps[:, 0], *self.lightness),
                                   edge_cast_shift(steps[:, 1:], *self.chroma), self.spread)
         return apply_lab_lut_8bit(apply_affine_8bit(obj, transform), lut)
 
     @staticmethod
-    def _edge_steps(image: np.ndarray, object_mask: np.ndarray, transform: np.ndarray) -> np.ndarray:
-        """The (L, a, b) steps across the edge of the object corrected by ``transform`` (N x 3), over
-        the pairs of :meth:`_edge_pixels`."""
-        outside, inside = RingHarmonizer._edge_pixels(image, object_mask)
-        if not len(outside):
-            return np.zeros((0, 3), dtype=np.float32)
-        return to_lab_8bit(outside) - to_lab_8bit(apply_affine_8bit(inside, transform))
+    def _edge_steps(outside_lab: np.ndarray, inside: np.ndarray, transform: np.ndarray) -> np.ndarray:
+        """The (L, a, b) steps across the edge of the object corrected by ``transform`` (N x 3): the
+        outer pixels' Lab minus the corrected inner pixels', over the pairs of :meth:`_edge_pixels`."""
+        if not len(inside):
+            return outside_lab
+        return outside_lab - to_lab_8bit(apply_affine_8bit(inside, transform))
 
     @staticmethod
     def _edge_pixels(image: np.ndarray, object_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -521,8 +521,12 @@ def test_ring_measures_edge_steps_at_a_bounded_scale():
     big_image = cv2.resize(image, (660, 600), interpolation=cv2.INTER_NEAREST)  # its window: over 512 px
     big_mask = cv2.resize(mask.astype(np.uint8), (660, 600), interpolation=cv2.INTER_NEAREST).astype(bool)
     identity = np.hstack([np.eye(3), np.zeros((3, 1))]).astype(np.float32)
-    steps = RingHarmonizer._edge_steps(image, mask, identity)[:, 0]
-    big_steps = RingHarmonizer._edge_steps(big_image, big_mask, identity)[:, 0]
+    def edge_steps(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        outside, inside = RingHarmonizer._edge_pixels(image, mask)
+        return RingHarmonizer._edge_steps(to_lab_8bit(outside), inside, identity)
+
+    steps = edge_steps(image, mask)[:, 0]
+    big_steps = edge_steps(big_image, big_mask)[:, 0]
     assert steps.size < big_steps.size < 1.7 * steps.size  # shrunk to 512: about 1.55x the edge, not 2x
     assert float(np.median(steps)) > 12.0 and float(np.median(big_steps)) > 8.0  # outside minus a darker inside
     out = RingHarmonizer().harmonize(image, mask)
