@@ -12,7 +12,8 @@
 
 Both produce rows of one shape (``case``, ``group``, ``harmonizer``, ``mse``, ``fmse``, ``psnr``,
 ``seconds``) that :func:`summarize` turns into the table: mean scores per group and overall, the
-fMSE cut against the unharmonized input, and the count of cases a backend made worse.
+fMSE cut against the unharmonized input, and the count of cases a backend made worse;
+:func:`cut_interval` says how far the cut could move on another sample of as many cases.
 Benchmark code: it needs scikit-image for its bundled samples, a test-only dependency, so it lives
 outside the library.
 """
@@ -107,6 +108,36 @@ def summarize(rows: Sequence[dict], baseline: str = BASELINE) -> list[dict]:
         reduction = 1.0 - scores["fmse"] / base["fmse"] if base and base["fmse"] > 0 else math.nan
         table.append({"harmonizer": harmonizer, "group": group, **scores, "fmse_reduction": reduction})
     return table
+
+
+def cut_interval(rows: Sequence[dict], harmonizer: str, baseline: str = BASELINE, draws: int = 4000,
+                 coverage: float = 0.9, seed: int = 0) -> tuple[float, float]:
+    """How far the fMSE cut of ``harmonizer`` could move on another sample of cases like these: the
+    percentile bootstrap interval over cases (the cases drawn again with replacement ``draws`` times,
+    the cut of each draw computed as :func:`summarize` does, as one minus the ratio of mean fMSEs).
+
+    Args:
+        rows: rows of :func:`score_rows` for one group of cases (every case has a ``baseline`` row).
+        harmonizer: the label whose cut is resampled.
+        baseline: the label of the unharmonized input.
+        draws: bootstrap draws.
+        coverage: the share of draws inside the interval (0.9: the 5th to the 95th percentile).
+        seed: the draws' seed, so a table prints the same interval twice.
+
+    Returns:
+        (low, high) cuts; (nan, nan) without cases or with a baseline fMSE of 0.
+    """
+    base = {row["case"]: row["fmse"] for row in rows if row["harmonizer"] == baseline}
+    pairs = np.array([(base[row["case"]], row["fmse"]) for row in rows
+                      if row["harmonizer"] == harmonizer and row["case"] in base], dtype=np.float64)
+    if not len(pairs) or pairs[:, 0].sum() <= 0:
+        return math.nan, math.nan
+    picks = np.random.default_rng(seed).integers(0, len(pairs), size=(draws, len(pairs)))
+    drawn_base = pairs[picks, 0].sum(axis=1)
+    cuts = 1.0 - pairs[picks, 1].sum(axis=1) / np.where(drawn_base > 0, drawn_base, np.nan)
+    tail = 50.0 * (1.0 - coverage)
+    low, high = np.nanpercentile(cuts, [tail, 100.0 - tail])
+    return float(low), float(high)
 
 
 # --- iHarmony4: real composites --------------------------------------------------------------------

@@ -9,9 +9,11 @@ photographs whose object we recolour ourselves (a second opinion).
 --iharmony DIR: iHarmony4 triplets (``composite_images/NAME_k_j.jpg``, ``masks/NAME_k.png``,
 ``real_images/NAME.jpg``; one flat folder, or a folder per sub-dataset), scored by the dataset's
 protocol at 256 x 256: MSE, fMSE over the foreground, PSNR, per sub-dataset and overall, every
-backend against the unharmonized composite, with the time per image and the count of triplets a
-backend made worse than the composite. --halves adds the table of the two halves tuning uses (the
-triplets whose real image sorts into an even position, and the rest, held out).
+backend against the unharmonized composite, with the time per image, the count of triplets a
+backend made worse than the composite and the fMSE cut's 90 % bootstrap interval over the group's
+triplets (how far the cut could move on another sample of as many). --halves adds the table of the
+two halves tuning uses (the triplets whose real image sorts into an even position, and the rest,
+held out).
 
 Without it: scikit-image's bundled photographs with hand-placed object masks (needs scikit-image),
 or with --samples the user's own DIR/images/<stem>.png|jpg + DIR/masks/<stem>.png instead. Each
@@ -34,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 import cv2  # noqa: E402
 
 from benchmarks.harmonization_benchmark import (  # noqa: E402
+    cut_interval,
     evaluate_harmonizers,
     evaluate_triplets,
     folder_samples,
@@ -75,19 +78,26 @@ def backends(args: argparse.Namespace) -> dict[str, Harmonizer | None]:
     return chosen
 
 
-def print_table(table: list[dict], order: list[str], group_title: str) -> None:
-    """One block per group (``all`` last): MSE, fMSE, PSNR, fMSE cut, cases made worse, ms per image."""
+def print_table(rows: list[dict], order: list[str], group_title: str, intervals: bool = False) -> None:
+    """One block per group (``all`` last): MSE, fMSE, PSNR, fMSE cut, cases made worse, ms per image;
+    with ``intervals``, the cut's 90 % bootstrap interval over the group's cases (``cut_interval``)."""
+    table = summarize(rows)
     groups = sorted({row["group"] for row in table} - {"all"}) + ["all"]
     by_key = {(row["harmonizer"], row["group"]): row for row in table}
     width = max(len(name) for name in order)
     print(f"{group_title:<18} {'harmonizer':<{width}} {'MSE':>8} {'fMSE':>8} {'PSNR':>7} {'fMSE cut':>9} "
-          f"{'worse':>9} {'ms/image':>9}")
+          + (f"{'90 % interval':>17} " if intervals else "") + f"{'worse':>9} {'ms/image':>9}")
     for group in groups:
+        group_rows = [row for row in rows if group == "all" or row["group"] == group]
         for name in order:
             row = by_key[(name, group)]
             worse = f"{row['losses']}/{row['cases']}"
+            interval = ""
+            if intervals:
+                low, high = cut_interval(group_rows, name)
+                interval = f"{low:+8.1%} {high:+7.1%} "
             print(f"{group:<18} {name:<{width}} {row['mse']:8.1f} {row['fmse']:8.1f} {row['psnr']:7.2f} "
-                  f"{row['fmse_reduction']:+9.1%} {worse:>9} {row['seconds'] * 1000:9.2f}")
+                  f"{row['fmse_reduction']:+9.1%} {interval}{worse:>9} {row['seconds'] * 1000:9.2f}")
         print()
 
 
@@ -101,10 +111,10 @@ def run_iharmony(args: argparse.Namespace) -> None:
     print(f"{len(triplets)} iHarmony4 triplets at 256x256 ("
           + ", ".join(f"{name} {count}" for name, count in sorted(counts.items())) + ")\n")
     rows = evaluate_triplets(triplets, harmonizers)
-    print_table(summarize(rows), list(harmonizers), "sub-dataset")
+    print_table(rows, list(harmonizers), "sub-dataset", intervals=True)
     if args.halves:
         half = split_halves(triplets)
-        print_table(summarize([{**row, "group": half[row["case"]]} for row in rows]), list(harmonizers), "half")
+        print_table([{**row, "group": half[row["case"]]} for row in rows], list(harmonizers), "half", intervals=True)
 
 
 def run_synthetic(args: argparse.Namespace) -> None:
@@ -120,7 +130,7 @@ def run_synthetic(args: argparse.Namespace) -> None:
     tuning = sorted(_TUNING_SEEDS.intersection(args.seeds))
     split = f"includes tuning seeds {tuning}" if tuning else "all held out from tuning"
     print(f"{len(samples)} samples x {args.perturbations} perturbations x seeds {args.seeds} ({split})\n")
-    print_table(summarize(rows), list(harmonizers), "sample")
+    print_table(rows, list(harmonizers), "sample")
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from benchmarks.harmonization_benchmark import (
     PSNR_CAP_DB,
     TUNING_HALF,
     Sample,
+    cut_interval,
     evaluate_harmonizers,
     evaluate_triplets,
     folder_samples,
@@ -269,6 +270,23 @@ def test_evaluation_rows_and_summary():
     assert table[("none", "all")]["fmse_reduction"] == 0.0
     lab_fmse = [r["fmse"] for r in rows if r["harmonizer"] == "lab"]
     assert table[("lab", "scene")]["fmse"] == pytest.approx(np.mean(lab_fmse))
+
+
+def test_cut_interval_is_the_bootstrap_spread_of_the_cut():
+    """A backend that halves every case's fMSE has no spread; one that wins big on one case and loses
+    on the others spans the draws' range, holds its own cut, and prints the same interval twice."""
+    def rows(fmses: dict[str, tuple[float, float]]) -> list[dict]:
+        return [{"case": case, "harmonizer": label, "fmse": value}
+                for case, pair in fmses.items() for label, value in zip(("none", "x"), pair, strict=True)]
+
+    halved = rows({f"c{i}": (100.0 * (i + 1), 50.0 * (i + 1)) for i in range(6)})
+    assert cut_interval(halved, "x") == pytest.approx((0.5, 0.5))
+    mixed = rows({"big": (1000.0, 100.0), **{f"c{i}": (100.0, 150.0) for i in range(5)}})
+    low, high = cut_interval(mixed, "x")
+    overall = 1.0 - (100.0 + 5 * 150.0) / (1000.0 + 5 * 100.0)
+    assert -0.5 <= low < overall < high <= 0.9 and high - low > 0.3
+    assert cut_interval(mixed, "x") == (low, high)
+    assert all(math.isnan(v) for v in cut_interval(rows({}), "x"))
 
 
 def test_folder_samples_pair_images_with_masks(tmp_path):
