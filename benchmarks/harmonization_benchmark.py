@@ -224,6 +224,43 @@ def split_halves(triplets: Sequence[Triplet]) -> dict[str, str]:
     return {t.name: TUNING_HALF if position[t.real.stem] % 2 == 0 else HELD_OUT_HALF for t in triplets}
 
 
+def group_cut(rows: Sequence[dict], harmonizer: str, cases: Iterable[str], baseline: str = BASELINE) -> float:
+    """The fMSE cut of ``harmonizer`` over ``cases`` alone (as :func:`summarize` computes it)."""
+    chosen = set(cases)
+    fmse = {label: sum(row["fmse"] for row in rows if row["harmonizer"] == label and row["case"] in chosen)
+            for label in (harmonizer, baseline)}
+    return 1.0 - fmse[harmonizer] / fmse[baseline] if fmse[baseline] > 0 else math.nan
+
+
+def two_fold_cut(rows: Sequence[dict], candidates: Sequence[str], halves: Mapping[str, str],
+                 baseline: str = BASELINE) -> dict:
+    """What tuning on half the triplets buys on the other half: for each half, the candidate with the
+    best cut there, scored on the other half; and the two scores pooled into one cut over every
+    triplet (the held-out fMSEs summed against the baseline's), an estimate of the tuned backend's
+    cut on triplets it never saw that uses every triplet once as held out.
+
+    Args:
+        rows: rows of :func:`score_rows` for every candidate and the baseline on every triplet.
+        candidates: the harmonizer labels tuning chooses among.
+        halves: triplet name -> half (:func:`split_halves`).
+        baseline: the label of the unharmonized input.
+
+    Returns:
+        ``{"picked": {half: label}, "held_out": {half: the pick's cut on the other half},
+        "pooled": cut}``.
+    """
+    names = {half: [case for case, h in halves.items() if h == half] for half in sorted(set(halves.values()))}
+    picked, held_out, held_fmse, base_fmse = {}, {}, 0.0, 0.0
+    for half, cases in names.items():
+        other = [case for other_half, other_cases in names.items() if other_half != half for case in other_cases]
+        picked[half] = max(candidates, key=lambda label: group_cut(rows, label, cases, baseline))
+        held_out[half] = group_cut(rows, picked[half], other, baseline)
+        held_fmse += sum(r["fmse"] for r in rows if r["harmonizer"] == picked[half] and r["case"] in other)
+        base_fmse += sum(r["fmse"] for r in rows if r["harmonizer"] == baseline and r["case"] in other)
+    pooled = 1.0 - held_fmse / base_fmse if base_fmse > 0 else math.nan
+    return {"picked": picked, "held_out": held_out, "pooled": pooled}
+
+
 def load_triplet(triplet: Triplet, size: int = IHARMONY_SIZE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(composite, mask, real) at ``size`` x ``size`` as the protocol scores them: the images resized
     with pixel-area averaging, the mask resized the same way and kept where it is at least half on."""

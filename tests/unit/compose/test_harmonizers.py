@@ -29,6 +29,7 @@ from benchmarks.harmonization_benchmark import (
     perturb_object,
     split_halves,
     summarize,
+    two_fold_cut,
 )
 from synrail.compose.harmonizers import (
     HARMONIZER_NAMES,
@@ -287,6 +288,18 @@ def test_cut_interval_is_the_bootstrap_spread_of_the_cut():
     assert -0.5 <= low < overall < high <= 0.9 and high - low > 0.3
     assert cut_interval(mixed, "x") == (low, high)
     assert all(math.isnan(v) for v in cut_interval(rows({}), "x"))
+
+
+def test_two_fold_cut_tunes_on_each_half_and_scores_the_other():
+    """x wins on half A, y on half B: each pick is scored on the half it was not picked on, and the
+    pooled cut sums those held-out fMSEs against the baseline's."""
+    fmse = {"a1": (100.0, 10.0, 50.0), "a2": (100.0, 20.0, 60.0), "b1": (200.0, 180.0, 20.0)}  # none, x, y
+    rows = [{"case": case, "harmonizer": label, "fmse": value}
+            for case, values in fmse.items() for label, value in zip(("none", "x", "y"), values, strict=True)]
+    result = two_fold_cut(rows, ["x", "y"], {"a1": "A", "a2": "A", "b1": "B"})
+    assert result["picked"] == {"A": "x", "B": "y"}
+    assert result["held_out"] == pytest.approx({"A": 1 - 180 / 200, "B": 1 - 110 / 200})
+    assert result["pooled"] == pytest.approx(1 - (180 + 110) / (200 + 200))
 
 
 def test_folder_samples_pair_images_with_masks(tmp_path):
@@ -762,6 +775,19 @@ def test_protocol_on_triplets_with_known_answers(tmp_path):
     assert table[("worse", "all")]["losses"] == 2 and table[("none", "all")]["losses"] == 0
     assert table[("worse", "all")]["cases"] == 2 and table[("worse", "HFlickr")]["fmse_reduction"] < 0
     assert math.isfinite(table[("none", "all")]["psnr"])
+
+
+def test_the_benchmark_script_tunes_on_each_half_and_scores_the_other(tmp_path):
+    _write_triplets(tmp_path, {"a1": ["a1_1_1"], "a2": ["a2_1_1"], "f3": ["f3_1_1"]}, offset=30)
+    result = subprocess.run([sys.executable, str(SCRIPT), "--iharmony", str(tmp_path), "--crossfit"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "3 iHarmony4 triplets, 72 ring settings; tuned on one half, scored on the other"
+    picks = [line for line in lines if line.startswith("tuned on the ")]
+    assert [line.split(":")[0] for line in picks] == ["tuned on the held-out half", "tuned on the tuning half"]
+    assert all("ring exposure_range=" in line for line in picks)
+    assert any(line.startswith("pooled over both held-out halves: ") for line in lines)
 
 
 class _RgbContractProbe(torch.nn.Module):
