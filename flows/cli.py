@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flows.prefect_env import configure_command_line
+from flows.prefect_env import configure_command_line, local_database_problem
 from flows.train_cli import add_commands as add_train_commands
 from synrail.config import BuildConfig, ConfigError, load_config, parse_override
 from synrail.errors import InputError
@@ -92,7 +92,8 @@ def _error(err: BaseException) -> int:
 
 def _config_for(args: argparse.Namespace) -> BuildConfig | None:
     """The build's config, checked for the extras it needs, or None once the reason is printed; then
-    Prefect's local defaults, which must be set before any flow module imports Prefect."""
+    Prefect's local defaults, which must be set before any flow module imports Prefect, and a look at
+    the local Prefect database (None, with the reason, when the local server could not start on it)."""
     try:
         config = load_config(args.config, _overrides(args))
         check_extras(config)  # before any work: a missing extra names the key and the pip command
@@ -100,6 +101,9 @@ def _config_for(args: argparse.Namespace) -> BuildConfig | None:
         _error(err)
         return None
     configure_command_line(verbose=args.verbose)
+    if problem := local_database_problem():
+        _error(problem)
+        return None
     return config
 
 

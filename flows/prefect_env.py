@@ -20,7 +20,10 @@ All are defaults only: a value the user has set wins.
 from __future__ import annotations
 
 import os
+import re
+import sqlite3
 import time
+from pathlib import Path
 from uuid import UUID
 
 OFFLINE_DEFAULTS = {
@@ -31,6 +34,8 @@ OFFLINE_DEFAULTS = {
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
 }
 FINAL_STATE_TYPES = ["COMPLETED", "FAILED", "CANCELLED", "CRASHED"]
+_SQLITE_URL = re.compile(r"^sqlite(\+\w+)?:///(?P<path>.+)$")
+_REVISION_LINE = re.compile(r'^revision\s*=\s*["\'](?P<id>\w+)["\']', re.MULTILINE)
 
 
 def configure_prefect_environment(verbose: bool = False) -> None:
@@ -71,3 +76,51 @@ def wait_for_task_runs_recorded(flow_run_id: UUID, expected: int, timeout_s: flo
             if recorded >= expected or time.monotonic() > deadline:
                 return recorded
             time.sleep(0.25)
+
+
+def local_database_problem() -> str | None:
+    """Why the local Prefect server could not start on this machine's Prefect database, or None.
+
+    Without ``PREFECT_API_URL`` every run starts a temporary server on the SQLite database of the
+    Prefect home (``~/.prefect/prefect.db``). When a newer Prefect has migrated that file (another
+    environment, an upgrade rolled back), the server's start-up fails on a schema revision it does
+    not know, and the client only says, after the whole start-up timeout, that it timed out. So the
+    file is checked first: it must be readable and its revision one of the installed Prefect's.
+    Call after :func:`configure_prefect_environment`.
+    """
+    from prefect import __version__
+    from prefect.settings import get_current_settings
+
+    settings = get_current_settings()
+    if settings.api.url:
+        return None  # a server of the user's: its database is its own business
+    url = settings.server.database.connection_url
+    match = _SQLITE_URL.match(url.get_secret_value() if url else "")
+    if not match or match["path"] == ":memory:" or not Path(match["path"]).is_file():
+        return None  # another database, or a first run: the server creates it
+    path = Path(match["path"])
+    remedy = "give this project a Prefect home of its own (PREFECT_HOME=DIR), or point PREFECT_API_URL at a server"
+    try:
+        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as connection:
+            rows = connection.execute("SELECT version_num FROM alembic_version").fetchall()
+    except sqlite3.OperationalError as err:
+        if "no such table" in str(err):
+            return None  # created but never migrated: the server migrates it
+        return f"the Prefect database {path} cannot be read ({err}): {remedy}."
+    except sqlite3.DatabaseError as err:
+        return f"the Prefect database {path} cannot be read ({err}): {remedy}."
+    unknown = sorted({row[0] for row in rows} - known_database_revisions())
+    if not unknown:
+        return None
+    return (f"the Prefect database {path} was migrated by a newer Prefect than the {__version__} installed here "
+            f"(its schema revision {', '.join(unknown)} is unknown to this one), so the local Prefect server "
+            f"cannot start on it: upgrade Prefect in this environment, or {remedy}.")
+
+
+def known_database_revisions() -> set[str]:
+    """The SQLite schema revisions the installed Prefect's migrations define."""
+    import prefect.server.database as database
+
+    folder = Path(database.__file__).parent / "_migrations" / "versions" / "sqlite"
+    return {match["id"] for script in folder.glob("*.py")
+            for match in [_REVISION_LINE.search(script.read_text(encoding="utf-8"))] if match}

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
 
-from flows.prefect_env import configure_command_line
+from flows.prefect_env import configure_command_line, local_database_problem
 from synrail.extras import MissingExtra, require_extra
 from synrail.train.detector import TrainConfig
 from synrail.train.evaluate import (
@@ -124,6 +124,8 @@ def train_command(args: argparse.Namespace) -> int:
     except ValidationError as err:
         return _error(_validation_message(err))
     configure_command_line(verbose=args.verbose)
+    if problem := local_database_problem():
+        return _error(problem)
     from flows.prefect_env import wait_for_task_runs_recorded
     from flows.train_evaluate import expected_task_runs, train_and_evaluate  # Prefect reads settings on import
 

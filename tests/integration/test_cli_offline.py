@@ -47,6 +47,21 @@ def test_build_runs_offline_ends_clean_and_refuses_a_different_build(tmp_path):
     assert refused.returncode == 2 and "--overwrite" in refused.stderr and "Traceback" not in refused.stderr
 
 
+def test_a_prefect_database_from_a_newer_prefect_is_refused_before_any_work(tmp_path):
+    """Without the look first, the temporary server dies on the unknown schema and the client only
+    reports a timeout two minutes later."""
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "prefect.db") as connection:
+        connection.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        connection.execute("INSERT INTO alembic_version VALUES ('ffffffffffff')")
+    out = tmp_path / "tiny"
+    result = run([str(SYNRAIL), "build", "--config", "configs/tiny.yaml", "--out", str(out)], tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "newer Prefect" in result.stderr and "ffffffffffff" in result.stderr and "PREFECT_HOME" in result.stderr
+    assert not out.exists()
+
+
 def test_validate_command_reports_a_broken_label(tmp_path):
     from synrail.config import load_config
     from synrail.stages.local import build_in_process
