@@ -401,7 +401,8 @@ class FrameStream(Iterator[SampledFrame]):
 class ImageSequenceStream(Iterator[SampledFrame]):
     """The sampled images of one sequence, every ``stride``-th by name. An image that cannot be
     decoded is skipped and listed in ``unreadable`` (position, reason); a sequence with no readable
-    image raises VideoError. ``time_s`` is the position (a folder of frames has no clock)."""
+    image raises VideoError (for a one-image sequence, with that image's URL and reason). ``time_s``
+    is the position (a folder of frames has no clock)."""
 
     def __init__(self, video: VideoRef, stride: int, max_frames: int | None, storage_options: dict | None,
                  max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> None:
@@ -438,7 +439,18 @@ class ImageSequenceStream(Iterator[SampledFrame]):
             self.frames_decoded += 1
             yield SampledFrame(frame_index=position, time_s=float(position), image=image)
         if self.frames_decoded == 0:
-            raise VideoError(self.video.url, "no readable image in the sequence")
+            raise self._nothing_readable()
+
+    def _nothing_readable(self) -> VideoError:
+        """The error of a sequence without one readable image, naming the image (a root-level image is
+        a sequence of its own) or the first image's reason."""
+        if not self.unreadable:
+            return VideoError(self.video.url, "no readable image in the sequence")
+        position, reason = self.unreadable[0]
+        if len(self.video.members) == 1:
+            return VideoError(self.video.frame_url(position), reason)
+        return VideoError(self.video.url, f"no readable image in the sequence (the first, "
+                                          f"{self.video.members[position]}: {reason})")
 
 
 def sample_frames(video: VideoRef, *, fps: float | None = None, stride: int | None = None,

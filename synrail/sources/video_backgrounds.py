@@ -187,7 +187,7 @@ def extract_video_backgrounds(video: VideoRef, cfg: VideoSourceConfig, cache: St
     except VideoError as exc:
         rejected = []  # a sequence without one readable image is quarantined whole
         return VideoExtraction(video=video, frames=[], rejected=[], quarantine=QuarantineRecord(
-            url=video.url, reason=exc.reason), metadata=metadata, notes=notes, frames_expected=None,
+            url=exc.url, reason=exc.reason), metadata=metadata, notes=notes, frames_expected=None,
             frames_decoded=0, truncated=False)
     rejected += [RejectRecord(frame_index=position, time_s=float(position), reason=reason, blur=0.0, mean_luma=0.0,
                               phash="0" * 16) for position, reason in stream.unreadable]

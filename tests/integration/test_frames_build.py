@@ -45,6 +45,28 @@ def test_a_sequence_samples_by_stride_and_lists_undecodable_images(tmp_path):
         sample_frames(run1, fps=1.0)
 
 
+def test_a_sequence_without_a_readable_image_is_quarantined_naming_the_image(tmp_path):
+    """A root-level image is a sequence of its own: its quarantine row names the image, not the folder;
+    a folder of broken images names its first one."""
+    from synrail.sources.video_backgrounds import VideoSourceConfig, extract_video_backgrounds
+    from synrail.storage.store import Store
+
+    root = tmp_path / "frames"
+    (root / "broken").mkdir(parents=True)
+    (root / "broken.jpg").write_bytes(b"not an image")
+    for name in ("a.jpg", "b.jpg"):
+        (root / "broken" / name).write_bytes(b"\xff\xd8 not really a jpeg")
+    folder, still = list_sequences(str(root))
+    cache = Store(str(tmp_path / "cache"))
+    quarantine = extract_video_backgrounds(still, VideoSourceConfig(stride=1), cache).quarantine
+    assert quarantine.url == still.frame_url(0) and quarantine.url.endswith("/frames/broken.jpg")
+    assert quarantine.reason == "unreadable image: not a decodable image"
+    quarantine = extract_video_backgrounds(folder, VideoSourceConfig(stride=1), cache).quarantine
+    assert quarantine.url == folder.url
+    assert quarantine.reason == ("no readable image in the sequence (the first, a.jpg: unreadable image: "
+                                 "not a decodable image)")
+
+
 def test_fps_is_refused_for_image_folders():
     with pytest.raises(Exception, match="no frame rate"):
         load_config(ROOT / "configs" / "tiny.yaml", {"backgrounds.source": "frames", "backgrounds.frames.url": "x",
