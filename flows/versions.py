@@ -23,6 +23,7 @@ from synrail.stages.export import BuildRecords, read_build_records
 from synrail.stages.inputs import input_report
 from synrail.stages.real_clips import video_splits
 from synrail.stages.versions import (
+    VersionInfo,
     VersionSummary,
     carry_over,
     claim_version_folder,
@@ -113,7 +114,7 @@ def ingest_new_videos(config_path: str | None, dataset_url: str, overrides: dict
         known = set(parent.videos)
         new = [ref for ref in source_videos(config) if ref.name not in known]
         if not new:
-            return _summary(root, latest, False, [], parent.num_images, "no new video")
+            return _summary(root, parent, False, [], "no new video")
         return _video_version(config, root, new, latest)
 
 
@@ -122,7 +123,7 @@ def _full_version(config: BuildConfig, root: Store, force: bool) -> VersionSumma
     reason = unchanged_reason(config, root, listed)
     latest = latest_version(root)
     if reason and not force:
-        return _summary(root, latest, False, [], read_info(root, latest).num_images, reason)
+        return _summary(root, read_info(root, latest), False, [], reason)
     if config.backgrounds.source == "video":  # sized per video, like the incremental history
         return _video_version(config, root, listed, None, forced_over=reason)
     version = next_version(root)
@@ -132,8 +133,7 @@ def _full_version(config: BuildConfig, root: Store, force: bool) -> VersionSumma
     records = read_build_records(out)
     info = version_info(config, root, version, "full", records)
     publish(root, info)
-    return _summary(root, version, True, info.videos, info.num_images,
-                    "full build" + (f" (forced: {reason})" if reason else ""))
+    return _summary(root, info, True, info.videos, "full build" + (f" (forced: {reason})" if reason else ""))
 
 
 def _video_version(config: BuildConfig, root: Store, videos: list[VideoRef], parent_version: str | None,
@@ -178,7 +178,7 @@ def _video_version(config: BuildConfig, root: Store, videos: list[VideoRef], par
     reason = (f"{added} images{with_clips} from {len(videos)} new video(s) on {parent_version} ({per_video})"
               if parent_version else f"full build: {added} images{with_clips} from {len(videos)} video(s) "
               f"({per_video})" + (f" (forced: {forced_over})" if forced_over else ""))
-    return _summary(root, version, True, [v.video for v in prepared], info.num_images, reason)
+    return _summary(root, info, True, [v.video for v in prepared], reason)
 
 
 def _submit_clips(config: BuildConfig, videos: list[VideoRef], first_position: int, first_index: int,
@@ -198,12 +198,15 @@ def _with_parent(parent: BuildRecords | None, backgrounds: list[BackgroundRecord
     return merged_records(parent, backgrounds, report) if parent else (backgrounds, report)
 
 
-def _summary(root: Store, version: str | None, published: bool, new_videos: list[str], num_images: int,
-             reason: str) -> VersionSummary:
+def _summary(root: Store, info: VersionInfo, published: bool, new_videos: list[str], reason: str) -> VersionSummary:
+    """What this run did, about the latest version (``info``): returned, shown as artifacts, printed."""
+    version = info.version
     summary = VersionSummary(dataset_url=root.root_url, version=version, published=published,
-                             new_videos=new_videos, num_images=num_images, reason=reason)
+                             new_videos=new_videos, num_images=info.num_images, reason=reason,
+                             num_clip_frames=info.num_clip_frames)
+    clip_frames = f" and {info.num_clip_frames} clip frames" if info.num_clip_frames else ""
     create_markdown_artifact(key="dataset-version", markdown=(
-        f"# SynRail dataset {root.root_url}\n\nlatest: **{version}** ({num_images} images)"
+        f"# SynRail dataset {root.root_url}\n\nlatest: **{version}** ({info.num_images} images{clip_frames})"
         f"{' - new version' if published else ' - unchanged'}\n\n{reason}\n"))
     if new_videos:
         create_table_artifact(key="ingested-videos", table=[{"video": v, "version": version} for v in new_videos],

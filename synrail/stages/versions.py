@@ -60,8 +60,9 @@ class VersionInfo(Record):
     created: str
     build_hash: str
     code_version: str
-    num_images: int
+    num_images: int  # stills
     videos: list[str]  # every video this version has looked at (used, unused or quarantined)
+    num_clip_frames: int = 0  # approach clips' frames, numbered after the stills (0 in versions before clips)
 
 
 class VersionSummary(Record):
@@ -71,8 +72,9 @@ class VersionSummary(Record):
     version: str | None  # the latest version after this run
     published: bool  # False when nothing had changed
     new_videos: list[str]
-    num_images: int
+    num_images: int  # the latest version's stills
     reason: str
+    num_clip_frames: int = 0  # and its approach clips' frames
 
 
 def shared_cache_url(root: Store) -> str:
@@ -139,7 +141,8 @@ def publish(root: Store, info: VersionInfo) -> None:
     out = version_store(root, info.version)
     out.write_text(VERSION_INFO, info.model_dump_json())
     root.write_text(LATEST, json.dumps({"version": info.version, "path": f"versions/{info.version}",
-                                        "published": info.created, "num_images": info.num_images}))
+                                        "published": info.created, "num_images": info.num_images,
+                                        "num_clip_frames": info.num_clip_frames}))
     if root.is_local:
         link = root.local_path("latest")
         tmp = root.local_path(f".latest.{os.getpid()}.tmp")
@@ -423,7 +426,8 @@ def version_info(cfg: BuildConfig, root: Store, version: str, kind: str, records
     return VersionInfo(version=version, parent=latest_version(root), kind=kind,
                        created=datetime.now(UTC).isoformat(timespec="seconds"),
                        build_hash=cfg.build_hash(), code_version=code_version(),
-                       num_images=sum(c.num_images for c in records.chunks), videos=sorted(records.report.videos))
+                       num_images=sum(c.num_images for c in records.chunks), videos=sorted(records.report.videos),
+                       num_clip_frames=sum(c.frames for c in records.clips))
 
 
 def local_copy(dataset_url: str, folder: str | Path) -> Path:

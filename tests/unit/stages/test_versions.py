@@ -343,6 +343,8 @@ def test_versions_make_each_videos_approach_clips_and_a_full_build_equals_the_hi
     assert row["clip_id"] == "clip00001"  # the slot of the second video looked at, as in a plain build's listing
     frames = pq.read_table(v1 / "manifest/clip_frames.parquet").to_pylist()
     assert [r["image_index"] for r in frames] == [2, 3, 4, 5, 6]  # after the video's 2 stills
+    assert first.num_clip_frames == 5 and json.loads((tmp_path / "dataset/latest.json").read_text())[
+        "num_clip_frames"] == 5  # counted beside the stills, not in them
 
     alone = tmp_path / "plain"  # the plain build of this one video: the same clip frames
     build_in_process(load_config(SEQUENCES, {**overrides, "num_images": 2}), str(alone))
@@ -352,6 +354,7 @@ def test_versions_make_each_videos_approach_clips_and_a_full_build_equals_the_hi
     write_mp4(videos / "run1.mp4", approach_frames(2, 8, 50.0, 10.0)[0], 10.0)
     second = ingest_new_videos(SEQUENCES, dataset, overrides)
     assert (second.version, second.new_videos) == ("v0002", ["run1.mp4"])
+    assert second.num_clip_frames == 2 * first.num_clip_frames  # the parent's clip kept, the new video's added
     v2 = tmp_path / "dataset/versions/v0002"
     assert validate_dataset(v2) == []
     rows = list(csv.DictReader((v2 / "clips.csv").open()))
