@@ -124,7 +124,8 @@ def _full_version(config: BuildConfig, root: Store, force: bool) -> VersionSumma
     latest = latest_version(root)
     if reason and not force:
         return _summary(root, read_info(root, latest), False, [], reason)
-    if config.backgrounds.source == "video":  # sized per video, like the incremental history
+    if config.backgrounds.source != "procedural":  # footage (videos, frame sequences): sized per video,
+        # as its incremental versions are
         return _video_version(config, root, listed, None, forced_over=reason)
     version = next_version(root)
     out = version_store(root, version)

@@ -13,7 +13,8 @@ A full version composes every image; an incremental one copies its parent's imag
 local disk, server-side copies on an object store), composes only the new videos' images, and
 exports the union. ``flows/versions.py`` runs these steps as Prefect flows.
 
-Size of a video-sourced version: ``ingest.images_per_video`` images per video with usable frames
+Size of a video-sourced version (videos, or folders of frames whose sequences count as videos), full
+or incremental: ``ingest.images_per_video`` images per video with usable frames
 (``num_images`` applies to procedural backgrounds only), each video whole in one split (a stable
 hash of its name) and its images drawn from its own frames, numbered video by video in name order.
 With ``sequences.clips`` > 0 each video also gives its approach clips: clip slots by the video's

@@ -9,6 +9,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+import cv2
 import pyarrow.parquet as pq
 import pytest
 from media import H, W, cab_frames, write_video
@@ -316,6 +317,27 @@ def clip_files(version: Path) -> dict[str, bytes]:
     found = [*version.glob("images/*/clip*.jpg"), *version.glob("labels/*/clip*.txt"), version / "clips.csv",
              *version.glob("clips/*/gt/gt.txt")]
     return {str(p.relative_to(version)): p.read_bytes() for p in found}
+
+
+def test_a_frames_folder_full_version_is_sized_per_sequence_like_its_history(harness, tmp_path):
+    """An image-folder source's scheduled full version holds images_per_video images of each sequence,
+    as its incremental versions do, whatever num_images says (it sized the full build before)."""
+    frames = tmp_path / "frames"
+    for k in range(2):
+        (frames / f"run{k}").mkdir(parents=True)
+        for i, frame in enumerate(cab_frames(k, 4)):
+            cv2.imwrite(str(frames / f"run{k}" / f"f{i:03d}.png"), frame)
+    overrides = {"num_images": 5, "image.width": W, "image.height": H, "backgrounds.source": "frames",
+                 "backgrounds.frames": {"url": str(frames), "hfov_deg": 60},
+                 "ingest.images_per_video": 6, "execution.chunk_size": 4}
+    dataset = str(tmp_path / "dataset")
+    first = ingest_new_videos(TINY, dataset, overrides)
+    assert (first.version, first.num_images) == ("v0001", 12)
+    full = build_version(TINY, dataset, overrides, force=True)
+    assert (full.version, full.published, full.num_images) == ("v0002", True, 12)
+    v1, v2 = tmp_path / "dataset/versions/v0001", tmp_path / "dataset/versions/v0002"
+    assert images_per_video(v2) == images_per_video(v1) == {f"frames:run{k}": 6 for k in range(2)}
+    assert validate_dataset(v2) == []
 
 
 def test_versions_make_each_videos_approach_clips_and_a_full_build_equals_the_history(harness, tmp_path):
