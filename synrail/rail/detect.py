@@ -689,8 +689,31 @@ def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
             above = (above + low) // 2
             grown = _extend(frame, model, samples, np.arange(above, low, dtype=np.float64), horizon_limits)
         if grown is None:
+            grown = _second_look(frame, model, samples, np.arange(above, low, dtype=np.float64), horizon_limits)
+        if grown is None:
             return model, samples, low, high
         (model, samples), low = grown, above
+
+
+def _second_look(frame: _Frame, model: _PairModel, samples: _RailSamples, rows: np.ndarray,
+                 horizon_limits: tuple[float, float]) -> tuple[_PairModel, _RailSamples] | None:
+    """Where the rails above the range are not where the fit expects them: the band measured
+    without trusting the fit, and all samples refit from scratch; None unless that explains more.
+
+    The curve term ``c / t`` is poorly determined by the rows fitted so far (over a short range
+    of ``t`` it trades off against ``a + b t``, and a wide CCTV lens bends straight rails a
+    little), so its extrapolation toward the horizon can miss faint far rails by more than the
+    residual scale, and a refit weighted by the current fit would ignore them. The band is
+    measured in the wider first window, accepted when both rails are straight lines there
+    (``_measure_band`` untrusted), and the refit starts from equal weights. It is kept only when
+    it explains the band and more rows in all (old and new) than the current fit does: the
+    consensus must grow, so a band that only pulls the fit off the rows below is refused.
+    """
+    grown = _extend(frame, model, samples, rows, horizon_limits, _FIRST_WINDOW_PER_GAP, trust_model=False)
+    if grown is None:
+        return None
+    refit, joined = grown
+    return grown if refit.inlier_rows(joined).sum() > model.inlier_rows(joined).sum() else None
 
 
 def _up_to_occluder(frame: _Frame, model: _PairModel, samples: _RailSamples, high: int,

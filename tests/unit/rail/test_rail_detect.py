@@ -335,6 +335,47 @@ def test_a_wide_lens_looking_down_is_found_without_its_field_of_view() -> None:
     assert_covers_truth(spec.geometry, result.detection)
 
 
+# A curving pair in the image: u = a + (b -/+ d) t + c / t exactly (the detector's own model).
+CURVING_PAIR = detect._PairModel(horizon_v=60.0, a=300.0, b=0.0, c=1500.0, d=0.5)
+
+
+def model_rails(model, first_row: int, seed: int = 0) -> np.ndarray:
+    """A grainy grey frame with bright head-wide lines where ``model`` puts both rails, from
+    ``first_row`` down."""
+    grey = np.random.default_rng(seed).normal(90, 4, (HEIGHT, WIDTH))
+    rows = np.arange(first_row, HEIGHT)
+    half = np.maximum(1.0, 0.02 * 2 * model.d * (rows - model.horizon_v))
+    for x in model.predict(rows.astype(np.float64)):
+        for row, centre, w in zip(rows, x, half, strict=True):
+            grey[row, int(round(centre - w)):int(round(centre + w)) + 1] += 80
+    return np.clip(grey, 0, 255).astype(np.uint8)
+
+
+def test_far_rails_off_a_fits_extrapolation_are_taken_by_a_refit_that_explains_more() -> None:
+    """Near rows hardly tell the curve term c / t from a + b t: a fit on them that is straight
+    explains them as well as the true one, but leads the search for farther rails off them. A
+    second look refits everything from scratch and keeps the band when that explains more rows;
+    where no rails show above, nothing is taken."""
+    near = np.arange(200, HEIGHT, dtype=np.float64)
+    t = near - CURVING_PAIR.horizon_v
+    centre = np.mean(CURVING_PAIR.predict(near), axis=0)
+    a, b = np.linalg.lstsq(np.stack([np.ones_like(t), t], axis=1), centre, rcond=None)[0]
+    straight = dataclasses.replace(CURVING_PAIR, a=float(a), b=float(b), c=0.0)
+    frame = detect._Frame(cv2.GaussianBlur(model_rails(CURVING_PAIR, 70), (3, 3), 0), None)
+    samples = detect._measure_rails(frame, straight, near, True, detect._WINDOW_PER_GAP)
+    assert straight.inlier_rows(samples).mean() == 1.0
+    far = np.arange(110, 150, dtype=np.float64)
+    limits = (-HEIGHT / 2, 0.65 * HEIGHT)
+    assert detect._extend(frame, straight, samples, far, limits) is None  # the rails lie off the window
+    grown = detect._second_look(frame, straight, samples, far, limits)
+    assert grown is not None
+    refit, joined = grown
+    assert refit.inlier_rows(joined).mean() > 0.95
+    assert np.abs(np.array(refit.predict(far)) - np.array(CURVING_PAIR.predict(far))).max() < 1.0
+    bare = detect._Frame(cv2.GaussianBlur(model_rails(CURVING_PAIR, 160), (3, 3), 0), None)
+    assert detect._second_look(bare, straight, samples, far, limits) is None
+
+
 # -- refinement with a promptable segmenter ------------------------------------------------------
 class FakeSegmenter:
     """Returns a fixed mask and records the prompts it was given."""
