@@ -958,12 +958,15 @@ def _wires(painter: _Painter, mast_z: np.ndarray) -> list[_Prop]:
     x = g.track_centre_x(z)
     segments = []
     for wire_y in (contact, messenger):
+        # the painter's per-point measures, for all the wire's points at once (a clip re-renders it per frame)
+        cam_x, cam_z = painter.pose.to_camera(x, z) if painter.pose else (x, z)
+        distances = np.sqrt(cam_x * cam_x + cam_z * cam_z + (wire_y - g.height_m) ** 2)
+        widths_px = 0.015 * g.focal_px / g.to_camera(cam_x, wire_y, cam_z)[2]
+        ends = np.stack(g.project(cam_x, wire_y, cam_z), axis=1)
         for i in range(z.size - 1):
-            distance = painter.distance_m(float(x[i]), float(wire_y[i]), float(z[i]))
-            width_px = 0.015 * painter.pixels_per_m(x[i], wire_y[i], z[i])
+            distance, width_px = float(distances[i]), float(widths_px[i])
             colour = painter.final_colour((0.08, 0.08, 0.09), 1.0, distance, min(1.0, width_px))
-            ends = np.array([painter.project(x[j], wire_y[j], z[j]) for j in (i, i + 1)])
-            segments.append(_Prop(distance, [_Shape("line", ends, colour, max(1, round(width_px)))]))
+            segments.append(_Prop(distance, [_Shape("line", ends[i:i + 2], colour, max(1, round(width_px)))]))
     return segments
 
 
