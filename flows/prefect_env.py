@@ -109,16 +109,17 @@ def local_database_problem() -> str | None:
         return f"the Prefect database {path} cannot be read ({err}): {remedy}."
     except sqlite3.DatabaseError as err:
         return f"the Prefect database {path} cannot be read ({err}): {remedy}."
-    unknown = sorted({row[0] for row in rows} - known_database_revisions())
-    if not unknown:
-        return None
+    known = known_database_revisions()
+    unknown = sorted({row[0] for row in rows} - known)
+    if not known or not unknown:
+        return None  # nothing to judge by (migrations laid out otherwise), or a revision this Prefect has
     return (f"the Prefect database {path} was migrated by a newer Prefect than the {__version__} installed here "
             f"(its schema revision {', '.join(unknown)} is unknown to this one), so the local Prefect server "
             f"cannot start on it: upgrade Prefect in this environment, or {remedy}.")
 
 
 def known_database_revisions() -> set[str]:
-    """The SQLite schema revisions the installed Prefect's migrations define."""
+    """The SQLite schema revisions the installed Prefect's migrations define (none found: an empty set)."""
     import prefect.server.database as database
 
     folder = Path(database.__file__).parent / "_migrations" / "versions" / "sqlite"

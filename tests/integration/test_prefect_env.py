@@ -54,3 +54,12 @@ def test_an_unreadable_database_is_refused(tmp_path):
     (home / "prefect.db").write_bytes(b"not a database at all" * 100)
     problem = _problem(home)
     assert problem is not None and "cannot be read" in problem and str(home / "prefect.db") in problem
+
+
+def test_nothing_is_refused_when_the_installed_prefects_revisions_cannot_be_read(tmp_path, monkeypatch):
+    """A Prefect that lays its migrations out otherwise gives no revisions to judge by: no refusal."""
+    import flows.prefect_env as prefect_env
+
+    _database(tmp_path / "home", "ffffffffffff")
+    monkeypatch.setattr(prefect_env, "known_database_revisions", set)
+    assert _problem(tmp_path / "home") is None
