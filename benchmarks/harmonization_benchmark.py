@@ -105,7 +105,7 @@ def summarize(rows: Sequence[dict], baseline: str = BASELINE) -> list[dict]:
     table = []
     for (harmonizer, group), scores in means.items():
         base = means.get((baseline, group))
-        reduction = 1.0 - scores["fmse"] / base["fmse"] if base and base["fmse"] > 0 else math.nan
+        reduction = _cut(scores["fmse"], base["fmse"]) if base else math.nan
         table.append({"harmonizer": harmonizer, "group": group, **scores, "fmse_reduction": reduction})
     return table
 
@@ -224,12 +224,20 @@ def split_halves(triplets: Sequence[Triplet]) -> dict[str, str]:
     return {t.name: TUNING_HALF if position[t.real.stem] % 2 == 0 else HELD_OUT_HALF for t in triplets}
 
 
+def _fmse_sum(rows: Sequence[dict], harmonizer: str, cases: set[str]) -> float:
+    """The summed fMSE of ``harmonizer`` over ``cases``."""
+    return sum(row["fmse"] for row in rows if row["harmonizer"] == harmonizer and row["case"] in cases)
+
+
+def _cut(fmse: float, base_fmse: float) -> float:
+    """A cut: one minus the ratio of fMSEs (sums, or means over the same cases); NaN without a baseline."""
+    return 1.0 - fmse / base_fmse if base_fmse > 0 else math.nan
+
+
 def group_cut(rows: Sequence[dict], harmonizer: str, cases: Iterable[str], baseline: str = BASELINE) -> float:
     """The fMSE cut of ``harmonizer`` over ``cases`` alone (as :func:`summarize` computes it)."""
     chosen = set(cases)
-    fmse = {label: sum(row["fmse"] for row in rows if row["harmonizer"] == label and row["case"] in chosen)
-            for label in (harmonizer, baseline)}
-    return 1.0 - fmse[harmonizer] / fmse[baseline] if fmse[baseline] > 0 else math.nan
+    return _cut(_fmse_sum(rows, harmonizer, chosen), _fmse_sum(rows, baseline, chosen))
 
 
 def two_fold_cut(rows: Sequence[dict], candidates: Sequence[str], halves: Mapping[str, str],
@@ -249,16 +257,15 @@ def two_fold_cut(rows: Sequence[dict], candidates: Sequence[str], halves: Mappin
         ``{"picked": {half: label}, "held_out": {half: the pick's cut on the other half},
         "pooled": cut}``.
     """
-    names = {half: [case for case, h in halves.items() if h == half] for half in sorted(set(halves.values()))}
+    names = {half: {case for case, h in halves.items() if h == half} for half in sorted(set(halves.values()))}
     picked, held_out, held_fmse, base_fmse = {}, {}, 0.0, 0.0
     for half, cases in names.items():
-        other = [case for other_half, other_cases in names.items() if other_half != half for case in other_cases]
+        other = set(halves) - cases
         picked[half] = max(candidates, key=lambda label: group_cut(rows, label, cases, baseline))
-        held_out[half] = group_cut(rows, picked[half], other, baseline)
-        held_fmse += sum(r["fmse"] for r in rows if r["harmonizer"] == picked[half] and r["case"] in other)
-        base_fmse += sum(r["fmse"] for r in rows if r["harmonizer"] == baseline and r["case"] in other)
-    pooled = 1.0 - held_fmse / base_fmse if base_fmse > 0 else math.nan
-    return {"picked": picked, "held_out": held_out, "pooled": pooled}
+        fmse, base = _fmse_sum(rows, picked[half], other), _fmse_sum(rows, baseline, other)
+        held_out[half] = _cut(fmse, base)
+        held_fmse, base_fmse = held_fmse + fmse, base_fmse + base
+    return {"picked": picked, "held_out": held_out, "pooled": _cut(held_fmse, base_fmse)}
 
 
 def load_triplet(triplet: Triplet, size: int = IHARMONY_SIZE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
