@@ -25,6 +25,7 @@ from types import MappingProxyType
 
 import cv2
 import numpy as np
+from numpy.typing import ArrayLike
 
 from synrail.rail.geometry import CameraGeometry, TrackPose
 from synrail.randomness import RenderStream, render_rng
@@ -694,26 +695,28 @@ class _Painter:
         sun = _sun_direction(spec)
         self.sun_side = float(sun[0] / max(math.hypot(sun[0], sun[2]), 1e-6))
 
-    def _camera_xz(self, x: float, z: float) -> tuple[float, float]:
+    # The measures below take scalars or arrays of points alike (a clip re-renders its wires' 480
+    # segments every frame, so they go through at once); a scalar in, a numpy scalar (or a 2-vector) out.
+    def _camera_xz(self, x: ArrayLike, z: ArrayLike) -> tuple[ArrayLike, ArrayLike]:
         """A world ground position in the (possibly advanced) camera's frame."""
         if self.pose is None:
             return x, z
-        cx, cz = self.pose.to_camera(x, z)
-        return float(cx), float(cz)
+        return self.pose.to_camera(x, z)
 
-    def project(self, x: float, y: float, z: float) -> np.ndarray:
+    def project(self, x: ArrayLike, y: ArrayLike, z: ArrayLike) -> np.ndarray:
+        """World points -> pixels: (u, v) for one point, N x 2 for arrays."""
         x, z = self._camera_xz(x, z)
-        u, v = self.g.project(np.array([x]), np.array([y]), np.array([z]))
-        return np.array([u[0], v[0]])
+        return np.stack(self.g.project(x, y, z), axis=-1)
 
-    def distance_m(self, x: float, y: float, z: float) -> float:
+    def distance_m(self, x: ArrayLike, y: ArrayLike, z: ArrayLike) -> ArrayLike:
         """Camera centre -> world point (x, y, z)."""
         x, z = self._camera_xz(x, z)
-        return math.sqrt(x * x + z * z + (y - self.g.height_m) ** 2)
+        return np.sqrt(x * x + z * z + (np.asarray(y) - self.g.height_m) ** 2)
 
-    def pixels_per_m(self, x: float, y: float, z: float) -> float:
+    def pixels_per_m(self, x: ArrayLike, y: ArrayLike, z: ArrayLike) -> ArrayLike:
+        """Pixels a metre spans across the view at world point (x, y, z)."""
         x, z = self._camera_xz(x, z)
-        return self.g.focal_px / float(self.g.to_camera(np.array([x]), np.array([y]), np.array([z]))[2][0])
+        return self.g.focal_px / self.g.to_camera(x, y, z)[2]
 
     def final_colour(self, albedo: BGR, shade: float, distance_m: float, coverage: float = 1.0
                      ) -> tuple[float, float, float, float]:
@@ -958,11 +961,9 @@ def _wires(painter: _Painter, mast_z: np.ndarray) -> list[_Prop]:
     x = g.track_centre_x(z)
     segments = []
     for wire_y in (contact, messenger):
-        # the painter's per-point measures, for all the wire's points at once (a clip re-renders it per frame)
-        cam_x, cam_z = painter.pose.to_camera(x, z) if painter.pose else (x, z)
-        distances = np.sqrt(cam_x * cam_x + cam_z * cam_z + (wire_y - g.height_m) ** 2)
-        widths_px = 0.015 * g.focal_px / g.to_camera(cam_x, wire_y, cam_z)[2]
-        ends = np.stack(g.project(cam_x, wire_y, cam_z), axis=1)
+        distances = painter.distance_m(x, wire_y, z)  # every point of the wire at once
+        widths_px = 0.015 * painter.pixels_per_m(x, wire_y, z)
+        ends = painter.project(x, wire_y, z)
         for i in range(z.size - 1):
             distance, width_px = float(distances[i]), float(widths_px[i])
             colour = painter.final_colour((0.08, 0.08, 0.09), 1.0, distance, min(1.0, width_px))
