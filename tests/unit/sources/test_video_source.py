@@ -162,7 +162,7 @@ def test_a_truncated_video_yields_the_frames_it_has(videos):
 # -- filters -------------------------------------------------------------------------------------
 def test_image_measures():
     sharp, black = textured_frame(0), np.zeros((H, W, 3), np.uint8)
-    assert blur_score(sharp) > 60 > blur_score(cv2.GaussianBlur(sharp, (0, 0), 6))
+    assert blur_score(sharp) < FilterConfig().max_blur < blur_score(cv2.GaussianBlur(sharp, (0, 0), 6))
     assert exposure_stats(black) == (0.0, 1.0, 0.0)
     assert exposure_stats(np.full((H, W, 3), 255, np.uint8)) == (255.0, 0.0, 1.0)
     assert phash(sharp) < 2 ** 64 and hamming(phash(sharp), phash(sharp)) == 0
@@ -199,9 +199,36 @@ def test_an_obstacle_standing_on_the_track_rejects_the_frame(videos):
     assert [d.reason for d in off_track] == [None] * 3
 
 
+def test_the_blur_verdict_does_not_depend_on_the_resolution_or_the_sky():
+    rng = np.random.default_rng(0)
+    sharp = np.full((1080, 1920, 3), 90, np.uint8)
+    for _ in range(400):  # edges of every orientation and contrast, as in a cab view's ground half
+        x, y = rng.integers(0, 1920), rng.integers(0, 1080)
+        cv2.line(sharp, (int(x), int(y)), (int(x + rng.integers(-300, 300)), int(y + rng.integers(-300, 300))),
+                 tuple(int(v) for v in rng.integers(0, 255, 3)), int(rng.integers(1, 12)), cv2.LINE_AA)
+    sharp = cv2.GaussianBlur(sharp, (0, 0), 1.0)  # a sharp HD frame's own softness
+    blurred = cv2.GaussianBlur(sharp, (0, 0), 9.0)
+    limit = FilterConfig().max_blur
+    for frame, is_blurred in ((sharp, False), (blurred, True)):
+        for width in (1920, 640):
+            small = cv2.resize(frame, (width, width * 9 // 16), interpolation=cv2.INTER_AREA)
+            assert (blur_score(small) > limit) == is_blurred, (width, blur_score(small))
+    with_sky = sharp.copy()
+    with_sky[:700] = (200, 180, 160)  # two thirds flat sky: the verdict stays "sharp"
+    assert blur_score(with_sky) < limit
+
+
+def test_exposure_is_judged_on_the_ground_half():
+    tunnel = np.zeros((H, W, 3), np.uint8)
+    tunnel[H // 2:] = 60  # a dark tunnel mouth over a lit track
+    assert exposure_stats(tunnel) == (60.0, 0.0, 0.0)
+
+
 def test_filter_config_is_strict():
     with pytest.raises(ValueError):
         FilterConfig(min_blurr=3)
+    with pytest.raises(ValueError, match="replaced by max_blur"):
+        FilterConfig(min_blur=60)
     with pytest.raises(ValueError, match="at least 3 points"):
         FilterConfig(track_region=((0, 0), (1, 1)))
 
