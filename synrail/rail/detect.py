@@ -63,12 +63,21 @@ _GROWTH = 0.75               # each refinement step reaches rows with t 25 % sma
 _PAIR_SUPPORT_SHARE = 0.25   # pairs this well supported, relative to the best, are candidates
 _MAX_PAIR_TRIES = 4          # candidate pairs followed before the frame is given up
 _MIN_SUPPORT = 0.5           # share of rows in a new band where both rails must be found
-# A cab camera rides within about half a metre of the vehicle's centre line, and a curve or yaw
-# moves the nearest track centre by a tenth of a gap at most: the fitted ego centre lies within
-# this share of the gap from the image centre on the bottom row. A pair farther off is one rail
-# with an inner line (a rack, a check rail) or a neighbour's rail. (Hough chords cut curves, so
-# the candidate search allows 0.5.)
+# A cab camera may sit anywhere across the cab (a driver's-side dashcam, a CCTV camera at one
+# corner): its lateral offset from the track centre is at most the half-width of the widest
+# vehicles (UIC loading gauge 3.15 m wide: 1.58 m, about one rail gap of 1.5 m). A neighbour
+# track's centre lies at least 3.5 m from the ego's, so at least 1.9 m (1.3 gaps) from such a
+# camera. The offset is read from the pair's own geometry (``_lateral_offset``), so a camera's
+# yaw, which moves the whole track in the image, does not count against it. Hough chords cut
+# curves, so the candidate search allows ``_CHORD_SLACK`` more.
+MAX_LATERAL_GAPS = 1.0
+_CHORD_SLACK = 0.15
+# Most cab cameras sit within half a metre of the vehicle's centre line, where the ego centre
+# lies within this share of the gap from the image centre on the bottom row (a curve or yaw
+# moves it by a tenth of a gap at most; chords allow 0.5). Pairs that centred are tried first;
+# only where none of them is a track does the search allow any mount the cab permits.
 MAX_OFF_CENTRE = 0.4
+_CENTRED_CHORDS = 0.5
 # A pair made of the ego's rail and a neighbour's encloses the ego's other rail: a line that runs
 # parallel to the pair (on the ground) between them, a share 0.15-0.6 of the half gap from the
 # pair's centre on this many of the rows. A rack (at the centre) and check rails (beside each
@@ -80,6 +89,9 @@ _INSIDE_BINS = np.linspace(-1.05, 1.05, 169)  # positions across the pair, in ha
 _PRIOR_SEED_SHARE = 0.3      # a prior is followed from the lowest 30 % of the rows it covered
 # Occlusion (gap ratios, i.e. distance ratios): a run of rows without the rail pair counts inside
 # the range from this one on; at the top of the range (a shortened reach) from this one.
+# Rails followed down to where their gap is this share of the gap on the lowest row that shows
+# both are the near track, even where the last rows above the image's bottom cannot be measured.
+_NEAR_GAP_SHARE = 0.6
 _OCCLUSION_REACH_RATIO = 1.5
 _OCCLUSION_RUN_RATIO = 1.25
 _OCCLUSION_MIN_GAP_PX = 10.0  # ... on rows where the rails are at least this far apart
@@ -277,30 +289,42 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
         if followed is not None:
             return TrackResult(followed)
     try:
-        candidates = _ego_pair_candidates(_ridge_segments(grey, max(0, first_row), keep), width, visible,
-                                          horizon_limits)
+        segments = _ridge_segments(grey, max(0, first_row), keep)
     except _NoTrack as failure:
         return TrackResult(None, str(failure))
     first_failure = None
-    for model, seen_rows in candidates:
+    for centred_mount in (True, False):
         try:
-            model, samples, top_row, bottom_row = _track_rails(frame, model, seen_rows, horizon_limits)
+            candidates = _ego_pair_candidates(segments, width, visible, horizon_limits, centred_mount)
         except _NoTrack as failure:
             first_failure = first_failure or failure
             continue
-        confidence = float(model.inlier_rows(samples).mean())
-        if confidence < _MIN_SUPPORT:
-            # The refits drifted: the final model explains too few of the rows it grew on.
-            first_failure = first_failure or _NoTrack(PAIR_NOT_SUPPORTED)
-            continue
-        if _off_centre(model, bottom_row, width) > MAX_OFF_CENTRE:
-            first_failure = first_failure or _NoTrack(PAIR_OFF_CENTRE)
-            continue
-        if _rail_inside(frame, model, top_row, bottom_row):
-            first_failure = first_failure or _NoTrack(RAIL_INSIDE_PAIR)
-            continue
-        return TrackResult(_detection(model, top_row, bottom_row, width, height, confidence))
+        for model, seen_rows in candidates:
+            try:
+                detection = _followed_pair(frame, model, seen_rows, horizon_limits, width, height, centred_mount)
+            except _NoTrack as failure:
+                first_failure = first_failure or failure
+                continue
+            return TrackResult(detection)
     return TrackResult(None, str(first_failure))
+
+
+def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int], horizon_limits: tuple[float, float],
+                   width: int, height: int, centred_mount: bool, from_prior: bool = False) -> TrackDetection:
+    """The track a candidate pair leads to, once followed and vetted; ``_NoTrack`` with the reason
+    when it is none (or, with ``centred_mount``, not under a camera on the vehicle's centre line)."""
+    model, samples, top_row, bottom_row = _track_rails(frame, model, seen_rows, horizon_limits, from_prior)
+    confidence = float(model.inlier_rows(samples).mean())
+    if confidence < _MIN_SUPPORT:
+        # The refits drifted: the final model explains too few of the rows it grew on.
+        raise _NoTrack(PAIR_NOT_SUPPORTED)
+    off = (_off_centre(model, bottom_row, width) > MAX_OFF_CENTRE if centred_mount
+           else _lateral_offset(model) > MAX_LATERAL_GAPS)
+    if off:
+        raise _NoTrack(PAIR_OFF_CENTRE)
+    if _rail_inside(frame, model, top_row, bottom_row):
+        raise _NoTrack(RAIL_INSIDE_PAIR)
+    return _detection(model, top_row, bottom_row, width, height, confidence)
 
 
 def _follow_prior(frame: _Frame, prior: TrackDetection, horizon_limits: tuple[float, float], width: int,
@@ -314,21 +338,27 @@ def _follow_prior(frame: _Frame, prior: TrackDetection, horizon_limits: tuple[fl
     if not 0 <= low < bottom or model.horizon_v >= low:
         return None
     try:
-        model, samples, top_row, bottom_row = _track_rails(frame, model, (low, bottom), horizon_limits,
-                                                           from_prior=True)
+        detection = _followed_pair(frame, model, (low, bottom), horizon_limits, width, height,
+                                   centred_mount=False, from_prior=True)
     except _NoTrack:
         return None
-    confidence = float(model.inlier_rows(samples).mean())
-    if (confidence < _MIN_SUPPORT or _off_centre(model, bottom_row, width) > MAX_OFF_CENTRE
-            or _rail_inside(frame, model, top_row, bottom_row)):
-        return None
-    return dataclasses.replace(_detection(model, top_row, bottom_row, width, height, confidence), followed=True)
+    return dataclasses.replace(detection, followed=True)
 
 
 def _off_centre(model: _PairModel, row: int, width: int) -> float:
     """How far the pair's centre lies from the image's centre column on ``row``, in rail gaps."""
     left, right = (float(x[0]) for x in model.predict(np.array([float(row)])))
     return abs(0.5 * (left + right) - (width - 1) / 2) / (right - left)
+
+
+def _lateral_offset(model: _PairModel) -> float:
+    """How far the camera sits beside the pair's centre line, in rail gaps.
+
+    A ground line ``X = o + k Z^2 / 2`` seen from height ``h`` is ``u = A + (o / h) f' t + ...``
+    and the half gap grows by ``(gap / 2) / h`` per row, so ``b / (2 d)`` is ``o / gap`` whatever
+    the curve (the ``c / t`` term) and the camera's yaw (which moves ``a``) are.
+    """
+    return abs(model.b) / (2 * model.d)
 
 
 def _rail_inside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: int) -> bool:
@@ -581,14 +611,17 @@ def _hough_lines(ridge: np.ndarray, height: int) -> np.ndarray | None:
                            minLineLength=max(12, height // 16), maxLineGap=max(3, height // 70))
 
 
-def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_limits: tuple[float, float]
-                         ) -> list[tuple[_PairModel, tuple[int, int]]]:
+def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_limits: tuple[float, float],
+                         centred_mount: bool = True) -> list[tuple[_PairModel, tuple[int, int]]]:
     """Segment pairs that can be the ego track's two rails, most likely first, each with the
     rows both segments cover (where the pair's straight lines are right even on a curve).
 
     Among well-supported pairs the narrowest at the bottom row comes first: the ego rails lie
     inside a neighbour track's rails, slab edges, fastener rows and bed edges, all of which can
     pair with one of them.
+
+    With ``centred_mount`` the pair's centre must lie near the image centre (a camera on the
+    vehicle's centre line); without, the camera may sit anywhere across the cab (``MAX_LATERAL_GAPS``).
 
     Rows of the pair matrix are left-rail candidates, columns right-rail ones. Both rails may
     lean the same way (a tight curve seen through a narrow lens), so sides come from where the
@@ -602,8 +635,13 @@ def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_l
         gap_slope = mr - ml  # below their meeting point the gap grows by this per row
         vp_v = (ql - qr) / gap_slope
         vp_u = ml * vp_v + ql
-        bottom_mid = vp_u + 0.5 * (ml + mr) * (bottom - vp_v)
-        centred = np.abs(bottom_mid - (width - 1) / 2) / (gap_slope * (bottom - vp_v))
+        if centred_mount:  # the pair's centre from the image centre on the bottom row, in gaps
+            bottom_mid = vp_u + 0.5 * (ml + mr) * (bottom - vp_v)
+            off = np.abs(bottom_mid - (width - 1) / 2) / (gap_slope * (bottom - vp_v))
+            off_limit = _CENTRED_CHORDS
+        else:  # the camera's offset from the pair's centre line, in gaps (``_lateral_offset``)
+            off = np.abs(0.5 * (ml + mr)) / gap_slope
+            off_limit = MAX_LATERAL_GAPS + _CHORD_SLACK
         # Tangents of both rails at the same rows meet on the horizon even on a curve; tangents
         # at far apart rows of a curve would not.
         overlap = np.minimum(high[:, None], high[None, :]) - np.maximum(low[:, None], low[None, :])
@@ -611,12 +649,13 @@ def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_l
         valid = ((gap_slope >= GAP_SLOPE_RANGE[0]) & (gap_slope <= GAP_SLOPE_RANGE[1])
                  & (vp_v >= horizon_limits[0]) & (vp_v <= horizon_limits[1])
                  & (vp_v < np.minimum(low[:, None], low[None, :]))
-                 & (centred < 0.5) & (overlap >= 0.5 * extent))
+                 & (off < off_limit) & (overlap >= 0.5 * extent))
         if not valid.any():
             raise _NoTrack(NO_RAIL_PAIR)
-        # Support, favouring pairs centred on the image and segments reaching low in the image.
+        # Support, favouring pairs the camera rides over and segments reaching low in the image.
         reach = 0.5 + 0.5 * (np.maximum(high[:, None], high[None, :]) - vp_v) / (bottom - vp_v)
-        score = np.where(valid, (segments.length[:, None] + segments.length[None, :]) * reach * (1 - centred), -1.0)
+        score = np.where(valid, (segments.length[:, None] + segments.length[None, :]) * reach
+                         * (1 - off / off_limit), -1.0)
     strong = np.argwhere(score >= _PAIR_SUPPORT_SHARE * score.max())
     # Narrowest at the bottom row, not by gap slope: with a loose horizon prior, two nearly
     # parallel outer lines (fastener rows, slab edges) meet far above and have a small slope.
@@ -727,12 +766,29 @@ def _up_to_occluder(frame: _Frame, model: _PairModel, samples: _RailSamples, hig
     """
     edge = _occluder_edge(frame.grey, model, high)
     if edge is None or _rails_seen_below(frame, model, edge + 3):
+        if _reached_the_near_track(model, high, frame.grey.shape[0], frame.grey.shape[1]):
+            return (model, samples), high
         raise _NoTrack(RAILS_NOT_AT_BOTTOM)
     last = edge - 2  # the edge's own blur is no rail
     if last <= high:  # the band that reached the edge took in its blur: cut the range there
         return (model, samples), last
     grown = _extend(frame, model, samples, np.arange(high + 1, last + 1, dtype=np.float64), horizon_limits)
     return (grown, last) if grown is not None else ((model, samples), high)
+
+
+def _reached_the_near_track(model: _PairModel, high: int, height: int, width: int) -> bool:
+    """Whether the rails, found down to row ``high``, were followed near enough to the camera: their
+    gap there is at least ``_NEAR_GAP_SHARE`` of the gap on the lowest row where both still lie in
+    the image (a wide lens or an off-centre camera sees a near rail leave at the side).
+
+    Below that the near rails often cannot be measured though they are there: motion blur (the near
+    ground moves fastest), a wiper, the rounded corner of a cab window, a switch's blades.
+    """
+    rows = np.arange(high, height, dtype=np.float64)
+    left, right = model.predict(rows)
+    inside = (left >= 0) & (right <= width - 1)
+    lowest = rows[inside][-1] if inside.any() else float(high)
+    return high - model.horizon_v >= _NEAR_GAP_SHARE * (lowest - model.horizon_v)  # the gap is linear in t
 
 
 def _rails_seen_below(frame: _Frame, model: _PairModel, row: int) -> bool:
