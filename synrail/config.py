@@ -154,7 +154,9 @@ class ProceduralSource(Section):
 
 
 class CocoSource(Section):
-    """COCO-format instances (how Objects365 ships); boxes become segmenter prompts."""
+    """COCO-format instances (COCO, LVIS, Objects365): an annotation's own segmentation is the mask, its box
+    the segmenter's prompt where it has none (``mask``); heights per category (``heights_m`` over the
+    built-in table of category names)."""
 
     type: Literal["coco"]
     annotations: str
@@ -164,6 +166,19 @@ class CocoSource(Section):
     min_area_px: int = Field(default=1024, ge=1)
     max_overlap: float = Field(default=0.3, ge=0, le=1)
     max_items: int | None = Field(default=None, ge=1)
+    mask: Literal["auto", "annotation", "segmenter"] = Field(
+        default="auto", description="auto: the annotation's segmentation where it has one, else the segmenter; "
+                                    "annotation: only annotations with one; segmenter: every box segmented")
+    heights_m: dict[str, Range] = Field(default_factory=dict, description="dataset category name -> real height "
+                                        "range (m), over the built-in table (synrail/sources/sizes.py)")
+
+    @field_validator("heights_m")
+    @classmethod
+    def _ordered_heights(cls, value: dict[str, Range]) -> dict[str, Range]:
+        for name, (low, high) in value.items():
+            if not 0 < low <= high:
+                raise ValueError(f"heights_m[{name!r}] must be 0 < low <= high, got {(low, high)}")
+        return value
 
 
 class PennFudanSource(Section):
@@ -191,7 +206,10 @@ class RgbaFolderSource(Section):
     type: Literal["rgba"]
     root: str
     class_name: str
-    height_m: Range
+    height_m: Range | None = Field(default=None, description=(
+        "real height range (low, high) in metres; unset: the class's built-in size prior, as for every "
+        "other source (person 1.5-1.95, animal 0.5-1.6, vehicle 1.2-2.2, rock 0.2-1.0, unseen_obstacle "
+        "0.3-1.5)"))
 
 
 class DiffusionSource(Section):

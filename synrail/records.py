@@ -104,6 +104,11 @@ class GalleryRecord(Record):
     height_px: int
     mask_px: int
     mask_score: float = 1.0  # the segmenter's quality estimate; 1.0 for drawn or shipped masks
+    # provenance: the source image, the box (x0 y0 x1 y1, its pixels) cut from it, where the mask came from
+    source_image: str = ""  # "" for a drawn (procedural) cutout
+    source_box: tuple[float, float, float, float] | None = None
+    mask_source: str = "render"  # render (drawn), annotation, rgba, sam, grabcut, ...
+    height_m_range: tuple[float, float] | None = None  # the kind's real range; pasted heights stay in it
 
 
 class SkipRow(Record):

@@ -51,6 +51,23 @@ class GalleryCutout:
     source: str
     rgba: np.ndarray  # h x w x 4 uint8, BGRA, alpha 0/255
     height_m: float
+    height_m_range: tuple[float, float] | None = None  # the kind's real range (real sources); None: drawn
+
+
+def jittered_height(cutout: GalleryCutout, factor: float) -> float:
+    """The cutout's height times its size jitter, kept within the kind's real range when it has one.
+
+    Args:
+        cutout: the cutout (its ``height_m`` and optional ``height_m_range``).
+        factor: the drawn jitter factor (1 +- ``size_jitter``).
+
+    Returns:
+        The height to paste, in metres.
+    """
+    height_m = cutout.height_m * factor
+    if cutout.height_m_range is None:
+        return height_m
+    return float(min(max(height_m, cutout.height_m_range[0]), cutout.height_m_range[1]))
 
 
 @dataclass(frozen=True)
@@ -217,7 +234,7 @@ def place_obstacle(bg: SceneBackground, cutout: GalleryCutout, cfg: ComposeConfi
         point = sample_ground_point(bg.geometry, bg.track_rows, cfg.distance_m, rng)
         if point is None:
             continue
-        height_m = cutout.height_m * rng.uniform(1 - cfg.size_jitter, 1 + cfg.size_jitter)
+        height_m = jittered_height(cutout, rng.uniform(1 - cfg.size_jitter, 1 + cfg.size_jitter))
         height_px = _pixel_height(bg, cutout, point, height_m, cfg, rng)
         if height_px < cfg.min_height_px:
             continue

@@ -1,9 +1,11 @@
 """Cutting candidates out: image + mask (segmented from a prompt, or shipped) -> tight RGBA PNG.
 
 Candidates are grouped by image so each image is read, hashed and segmented once (one
-``segment_cached`` call with all its prompts); shipped masks (PennFudan, RGBA alpha) never reach
-the segmenter. Cutouts are written content-addressed into the cache store, as the procedural
-gallery stage does, and described by small ``ExtractedCutout`` records.
+``segment_cached`` call with all its prompts); shipped masks (a COCO annotation's segmentation,
+PennFudan labels, RGBA alpha) never reach the segmenter. One cutout holds one object: a shipped
+mask of one instance in several sizeable parts (occluded) is left out, an alpha with several sizeable
+parts becomes one cutout per part, and specks are dropped. Cutouts are written content-addressed
+into the cache store, as the procedural gallery stage does, and described by small ``ExtractedCutout`` records.
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ from synrail.sources.gallery_sources import (
     decode_labels,
     instance_mask,
     mask_box,
+    rasterise_segmentation,
     read_url_bytes,
 )
 from synrail.sources.image_safety import DEFAULT_MAX_IMAGE_PIXELS, decode_or_reason
 from synrail.storage.store import Store, sha256_bytes
+
+PART_SHARE = 0.1  # a mask part under this share of the largest part's area is a speck (dropped)
 
 
 class SegmentCache(Protocol):
@@ -63,9 +68,11 @@ class ExtractedCutout(BaseModel):
     height_px: int
     mask_px: int
     mask_score: float  # the segmenter's score; 1.0 for a shipped mask
-    image_path: str
+    image_path: str  # the source image the pixels come from
     instance_key: str
     prompt_key: str  # Prompt.key() of the prompt segmented; "" for a shipped mask
+    source_box: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # x0 y0 x1 y1 cut, source pixels
+    mask_source: str = ""  # annotation, rgba, or the segmenter's family (sam, grabcut, ...)
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,7 @@ class _Masked:
     mask: np.ndarray  # H x W bool, the image's size
     score: float
     segmented: bool
+    mask_source: str  # annotation, rgba, or the segmenter's family
 
 
 def cutout_from_mask(image_bgr: np.ndarray, mask: np.ndarray) -> np.ndarray | None:
@@ -139,7 +147,22 @@ def _given_masks(group: Sequence[ObstacleCandidate], image_path: str, image_data
         elif found.shape != shape:
             skipped.append(Skipped(c.instance_key, f"mask size {found.shape} differs from the image's {shape}"))
         else:
-            masked.append(_Masked(c, instance_mask(found, c.mask_value), 1.0, segmented=False))
+            origin = "rgba" if c.mask_path == image_path else "annotation"
+            masked.append(_Masked(c, instance_mask(found, c.mask_value), 1.0, segmented=False, mask_source=origin))
+    return masked, skipped
+
+
+def _annotation_masks(group: Sequence[ObstacleCandidate], shape: tuple[int, int],
+                      ) -> tuple[list[_Masked], list[Skipped]]:
+    """COCO annotations' own segmentations, rasterised at the image's resolution."""
+    masked, skipped = [], []
+    for c in group:
+        try:
+            mask = rasterise_segmentation(c.segmentation, shape, c.annotated_size)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            skipped.append(Skipped(c.instance_key, f"unusable segmentation: {exc}"))
+            continue
+        masked.append(_Masked(c, mask, 1.0, segmented=False, mask_source="annotation"))
     return masked, skipped
 
 
@@ -149,28 +172,88 @@ def _segmented_masks(group: Sequence[ObstacleCandidate], image_bgr: np.ndarray, 
     results = mask_cache.segment_cached(segmenter, image_bgr, image_sha256, prompts)
     if len(results) != len(prompts):
         raise ValueError(f"segmenter {segmenter.identity} returned {len(results)} masks for {len(prompts)} prompts")
-    return [_Masked(c, np.asarray(r.mask, bool), float(r.score), segmented=True)
+    family = segmenter.identity.split("/", 1)[0]
+    return [_Masked(c, np.asarray(r.mask, bool), float(r.score), segmented=True, mask_source=family)
             for c, r in zip(group, results, strict=True)]
 
 
-def _final_mask(item: _Masked, min_score: float, min_area_px: int) -> np.ndarray | str:
-    """The mask to cut with, or why the candidate is rejected.
+def mask_parts(mask: np.ndarray, share: float = PART_SHARE) -> list[np.ndarray]:
+    """The sizeable connected parts of a mask, largest first; parts under ``share`` of the largest
+    part's area are specks and dropped.
 
-    Segmenter masks are cleaned (largest part, holes filled); shipped masks are exact and kept
-    as they are, since their holes (between legs, under arms) are real.
+    Args:
+        mask: H x W bool.
+        share: the least area of a part, as a share of the largest part's.
+
+    Returns:
+        One H x W bool mask per sizeable part (empty for an empty mask).
+    """
+    count, labels, stats, _ = cv2.connectedComponentsWithStats(mask.astype(np.uint8), connectivity=8)
+    if count <= 1:
+        return []
+    areas = stats[1:, cv2.CC_STAT_AREA]
+    order = [int(i) + 1 for i in np.argsort(-areas, kind="stable") if areas[i] >= share * areas.max()]
+    return [labels == i for i in order]
+
+
+def _one_object(item: _Masked, mask: np.ndarray, min_area_px: int) -> list[tuple[str, np.ndarray]] | str:
+    """(instance-key suffix, mask) per object in a shipped mask, or why it is left out.
+
+    A mask of one instance (an annotation, a label value) in several sizeable parts is an object seen
+    through something in front of it: left out. An alpha (any opaque pixel) may hold several objects:
+    each sizeable part big enough to keep becomes a cutout of its own.
+    """
+    parts = mask_parts(mask)
+    if item.candidate.mask_value is not None or item.mask_source == "annotation":
+        if len(parts) > 1:
+            return f"mask in {len(parts)} separate parts (an occluded object)"
+        return [("", parts[0])]
+    kept = [part for part in parts if int(part.sum()) >= min_area_px]
+    if not kept:
+        return f"small mask (largest part under {min_area_px} px)"
+    return [("", kept[0])] if len(kept) == 1 else [(f"#part{k}", part) for k, part in enumerate(kept, start=1)]
+
+
+def _standing_problem(candidate: ObstacleCandidate, mask: np.ndarray) -> str | None:
+    """Why a cutout is not what its height range is for (a sitting or crouching person), or None."""
+    if candidate.min_aspect is None:
+        return None
+    x0, y0, x1, y1 = mask_box(mask)
+    aspect = (y1 - y0) / max(x1 - x0, 1.0)
+    if aspect < candidate.min_aspect:
+        return f"not standing (mask box height / width {aspect:.2f} < {candidate.min_aspect})"
+    return None
+
+
+def _final_masks(item: _Masked, min_score: float, min_area_px: int) -> list[tuple[str, np.ndarray]] | str:
+    """The masks to cut with, one per object (with its instance-key suffix), or why the candidate is rejected.
+
+    Segmenter masks are cleaned (largest part, holes filled); shipped masks are exact, their holes
+    (between legs, under arms) real: only specks are dropped and separate objects split (``_one_object``).
     """
     if item.segmented:
         if item.score < min_score:
             return f"low score ({item.score:.2f} < {min_score})"
         cleaned = postprocess_mask(item.mask, min_area_px)
-        return f"small mask (largest part under {min_area_px} px)" if cleaned is None else cleaned
-    area = int(item.mask.sum())
-    if area == 0:
-        return "empty mask"
-    return f"small mask ({area} px < {min_area_px})" if area < min_area_px else item.mask
+        if cleaned is None:
+            return f"small mask (largest part under {min_area_px} px)"
+        masks: list[tuple[str, np.ndarray]] | str = [("", cleaned)]
+    else:
+        area = int(item.mask.sum())
+        if area == 0:
+            return "empty mask"
+        if area < min_area_px:
+            return f"small mask ({area} px < {min_area_px})"
+        masks = _one_object(item, item.mask, min_area_px)
+    if isinstance(masks, str):
+        return masks
+    problems = [_standing_problem(item.candidate, mask) for _, mask in masks]
+    kept = [pair for pair, problem in zip(masks, problems, strict=True) if problem is None]
+    return kept or next(p for p in problems if p is not None)
 
 
-def _write_cutout(item: _Masked, mask: np.ndarray, image_bgr: np.ndarray, cache: Store) -> ExtractedCutout:
+def _write_cutout(item: _Masked, mask: np.ndarray, image_bgr: np.ndarray, cache: Store,
+                  suffix: str = "") -> ExtractedCutout:
     rgba = cutout_from_mask(image_bgr, mask)
     assert rgba is not None  # _final_mask never passes an empty mask
     ok, buffer = cv2.imencode(".png", rgba)
@@ -184,8 +267,9 @@ def _write_cutout(item: _Masked, mask: np.ndarray, image_bgr: np.ndarray, cache:
     return ExtractedCutout(
         cutout_id=f"{c.class_name}-{sha[:16]}", class_name=c.class_name, source=c.source, path=path, sha256=sha,
         height_m_range=c.height_m_range, width_px=rgba.shape[1], height_px=rgba.shape[0],
-        mask_px=int(mask.sum()), mask_score=item.score, image_path=c.image_path, instance_key=c.instance_key,
-        prompt_key=c.prompt.key() if item.segmented and c.prompt is not None else "")
+        mask_px=int(mask.sum()), mask_score=item.score, image_path=c.image_path,
+        instance_key=c.instance_key + suffix, prompt_key=c.prompt.key() if item.segmented and c.prompt is not None
+        else "", source_box=mask_box(mask), mask_source=item.mask_source)
 
 
 def _read_image(image_path: str, max_pixels: int) -> tuple[bytes, np.ndarray] | str:
@@ -206,19 +290,23 @@ def _extract_from_image(image_path: str, group: Sequence[ObstacleCandidate], seg
         return [], [Skipped(c.instance_key, read, url=image_path) for c in group]
     data, image = read
     given = [c for c in group if c.mask_path is not None]
-    prompted = [c for c in group if c.mask_path is None and c.prompt is not None]
+    annotated = [c for c in group if c.mask_path is None and c.segmentation is not None]
+    prompted = [c for c in group if c.mask_path is None and c.segmentation is None and c.prompt is not None]
     masked, skipped = _given_masks(given, image_path, data, image.shape[:2], max_pixels)
+    from_annotations, unusable = _annotation_masks(annotated, image.shape[:2])
+    masked += from_annotations
+    skipped += unusable
     if prompted:
         masked += _segmented_masks(prompted, image, sha256_bytes(data), segmenter, mask_cache)
     skipped += [Skipped(c.instance_key, "no prompt and no mask") for c in group
-                if c.mask_path is None and c.prompt is None]
+                if c.mask_path is None and c.segmentation is None and c.prompt is None]
     cutouts = []
     for item in masked:
-        mask = _final_mask(item, min_score, min_area_px)
-        if isinstance(mask, str):
-            skipped.append(Skipped(item.candidate.instance_key, mask))
+        masks = _final_masks(item, min_score, min_area_px)
+        if isinstance(masks, str):
+            skipped.append(Skipped(item.candidate.instance_key, masks))
         else:
-            cutouts.append(_write_cutout(item, mask, image, cache))
+            cutouts += [_write_cutout(item, mask, image, cache, suffix) for suffix, mask in masks]
     return cutouts, skipped
 
 

@@ -21,10 +21,12 @@ import cv2
 import fsspec
 import numpy as np
 from PIL import Image
+from pycocotools import mask as mask_utils
 
 from synrail.segment.base import Prompt
 from synrail.sources.image_safety import DEFAULT_MAX_IMAGE_PIXELS, decode_or_reason, header_problem
 from synrail.sources.procedural_obstacles import OBSTACLE_KINDS, SIZE_PRIORS_M
+from synrail.sources.sizes import category_height_range, min_aspect, override_range
 from synrail.storage.store import Store
 
 PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
@@ -34,6 +36,8 @@ ALPHA_THRESHOLD = 128
 
 HeightRange = tuple[float, float]
 Box = tuple[float, float, float, float]
+MaskMode = str  # "auto" | "annotation" | "segmenter": where a COCO source's masks come from
+MASK_MODES = ("auto", "annotation", "segmenter")
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,10 @@ class ObstacleCandidate:
     mask_path: str | None  # a shipped mask: label image (see mask_value) or an RGBA image's alpha
     mask_value: int | None  # the object's label in mask_path; None: any non-zero label / alpha
     height_m_range: HeightRange
+    # a COCO annotation's own ``segmentation`` (polygons, RLE or uncompressed RLE), rasterised at cut time
+    segmentation: Any = None
+    annotated_size: tuple[int, int] | None = None  # (height, width) the annotation's image declares
+    min_aspect: float | None = None  # the least mask-box height / width of the kind (a standing person)
 
 
 @dataclass(frozen=True)
@@ -303,12 +311,16 @@ def _coco_skip_reason(ann: Mapping[str, Any], box: Box, image: Mapping[str, Any]
 def read_coco_instances(annotations_json: str | os.PathLike[str], images_dir: str | os.PathLike[str],
                         class_map: Mapping[str, str], *, min_area_px: float = 1024, skip_crowd: bool = True,
                         skip_truncated: bool = True, max_overlap: float = 0.3, source_name: str = "objects365",
-                        height_m_ranges: Mapping[str, HeightRange] | None = None,
+                        height_m_ranges: Mapping[str, HeightRange] | None = None, mask: MaskMode = "auto",
+                        category_heights_m: Mapping[str, HeightRange] | None = None,
                         ) -> tuple[list[ObstacleCandidate], list[Skipped]]:
-    """Box-annotated instances of the categories in ``class_map`` (dataset name -> our class).
+    """Annotated instances of the categories in ``class_map`` (dataset name -> our class).
 
     Unmapped categories are ignored (but still count as occluders). Each candidate's prompt is
-    its box; whether the image exists is only found out when it is cut out.
+    its box; an annotation's own ``segmentation`` (polygons, RLE, uncompressed RLE) goes with it as the
+    mask (``mask: auto`` or ``annotation``), rasterised when it is cut out. Whether the image exists is
+    only found out then. Heights: a ``category_heights_m`` entry, else a ``height_m_ranges`` entry of
+    the class, else the built-in table of category names (``sizes.py``), else the class's prior.
 
     Args:
         annotations_json: the COCO-format annotation file.
@@ -319,27 +331,43 @@ def read_coco_instances(annotations_json: str | os.PathLike[str], images_dir: st
         skip_truncated: leave out boxes within ``BORDER_PX`` of the image border.
         max_overlap: the largest share of a box another box of the image may cover.
         source_name: the source tag and instance-key prefix.
-        height_m_ranges: our class -> real height range (low, high) in metres; None or a missing class
-            uses the built-in prior.
+        height_m_ranges: our class -> real height range (low, high) in metres (over the built-in table).
+        mask: "auto" (an annotation's segmentation where it has one, else the segmenter from its box),
+            "annotation" (only annotations with a segmentation; the rest are skipped) or "segmenter"
+            (every box to the segmenter).
+        category_heights_m: dataset category name -> real height range, over everything else.
 
     Returns:
         (candidates, annotations skipped with the reason).
 
     Raises:
-        ValueError: when the annotations are malformed.
+        ValueError: when the annotations are malformed, or ``mask`` is unknown.
     """
+    if mask not in MASK_MODES:
+        raise ValueError(f"unknown mask mode {mask!r} (expected one of {', '.join(MASK_MODES)})")
     data = _load_coco_json(annotations_json)
-    priors = {c: size_prior(c, (height_m_ranges or {}).get(c)) for c in set(class_map.values())}
+    class_priors = {c: size_prior(c, (height_m_ranges or {}).get(c)) for c in set(class_map.values())}
+    priors = {category: override_range(category, category_heights_m)
+              or ((height_m_ranges or {}).get(our_class) and class_priors[our_class])
+              or category_height_range(category) or class_priors[our_class]
+              for category, our_class in class_map.items()}
     try:
-        return _coco_candidates(data, Store(os.fspath(images_dir)), class_map, priors, source_name,
+        return _coco_candidates(data, Store(os.fspath(images_dir)), class_map, priors, source_name, mask,
                                 min_area_px=min_area_px, skip_crowd=skip_crowd, skip_truncated=skip_truncated,
                                 max_overlap=max_overlap)
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"COCO annotations {os.fspath(annotations_json)} are malformed: {exc!r}") from exc
 
 
+def _has_segmentation(ann: Mapping[str, Any]) -> bool:
+    seg = ann.get("segmentation")
+    if isinstance(seg, dict):
+        return bool(seg.get("counts")) and bool(seg.get("size"))
+    return isinstance(seg, list) and any(isinstance(p, list) and len(p) >= 6 for p in seg)
+
+
 def _coco_candidates(data: Mapping[str, Any], images_store: Store, class_map: Mapping[str, str],
-                     priors: Mapping[str, HeightRange], source_name: str, **skip_options: Any,
+                     priors: Mapping[str, HeightRange], source_name: str, mask: MaskMode, **skip_options: Any,
                      ) -> tuple[list[ObstacleCandidate], list[Skipped]]:
     names = {cat["id"]: cat["name"] for cat in data["categories"]}
     images = {img["id"]: img for img in data["images"]}
@@ -359,12 +387,63 @@ def _coco_candidates(data: Mapping[str, Any], images_store: Store, class_map: Ma
         if reason is not None:
             skipped.append(Skipped(key, reason))
             continue
-        our_class = class_map[category]
+        shipped = mask != "segmenter" and _has_segmentation(ann)
+        if mask == "annotation" and not shipped:
+            skipped.append(Skipped(key, "no segmentation (the source's mask is 'annotation')"))
+            continue
+        size = (int(image["height"]), int(image["width"])) if image.get("width") and image.get("height") else None
         candidates.append(ObstacleCandidate(
-            image_path=images_store.url(image["file_name"]), class_name=our_class,
+            image_path=images_store.url(image["file_name"]), class_name=class_map[category],
             source=f"{source_name}:{category}", instance_key=key, prompt=Prompt(box=box), mask_path=None,
-            mask_value=None, height_m_range=priors[our_class]))
+            mask_value=None, height_m_range=priors[category],
+            segmentation=ann["segmentation"] if shipped else None, annotated_size=size,
+            min_aspect=min_aspect(category)))
     return candidates, skipped
+
+
+def rasterise_segmentation(segmentation: Any, shape: tuple[int, int],
+                           annotated_size: tuple[int, int] | None = None) -> np.ndarray:
+    """A COCO annotation's ``segmentation`` as a mask at the image's resolution.
+
+    Polygons are scaled from the annotation's image size (``annotated_size``) to ``shape`` and drawn
+    there; an RLE (compressed or uncompressed) is decoded at its own ``size`` and resized (area
+    average or bilinear, then half coverage) when that differs from ``shape``.
+
+    Args:
+        segmentation: a list of polygons ``[x0, y0, x1, y1, ...]``, or an RLE dict ``{"size": [h, w],
+            "counts": str | list[int]}``.
+        shape: the decoded image's (height, width).
+        annotated_size: the (height, width) the annotations give the image; None: ``shape``.
+
+    Returns:
+        H x W bool.
+
+    Raises:
+        ValueError: a segmentation that is neither usable polygons nor an RLE.
+    """
+    height, width = shape
+    if isinstance(segmentation, dict):
+        h0, w0 = (int(v) for v in segmentation["size"])
+        counts = segmentation["counts"]
+        if isinstance(counts, list):
+            rle = mask_utils.frPyObjects(segmentation, h0, w0)
+        else:
+            rle = {"size": [h0, w0], "counts": counts.encode("ascii") if isinstance(counts, str) else counts}
+        mask = mask_utils.decode(rle)
+        if (h0, w0) == (height, width):
+            return mask.astype(bool)
+        shrink = height * width < h0 * w0  # area averaging down, bilinear up; the object is where >= half
+        return cv2.resize(mask.astype(np.float32), (width, height),
+                          interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR) >= 0.5
+    if not isinstance(segmentation, list):
+        raise ValueError(f"segmentation is a {type(segmentation).__name__}, not polygons or an RLE")
+    h0, w0 = annotated_size or shape
+    sx, sy = width / w0, height / h0
+    polygons = [[float(v) * (sx if i % 2 == 0 else sy) for i, v in enumerate(polygon)]
+                for polygon in segmentation if isinstance(polygon, list) and len(polygon) >= 6]
+    if not polygons:
+        raise ValueError("segmentation has no polygon of at least 3 points")
+    return mask_utils.decode(mask_utils.merge(mask_utils.frPyObjects(polygons, height, width))).astype(bool)
 
 
 # -- PennFudanPed --------------------------------------------------------------------------------
@@ -412,7 +491,7 @@ def read_pennfudan(root: str | os.PathLike[str], *, skip_truncated: bool = True,
             candidates.append(ObstacleCandidate(
                 image_path=store.url(f"PNGImages/{name}"), class_name="person", source="pennfudan",
                 instance_key=key, prompt=Prompt(box=box), mask_path=store.url(mask_rel), mask_value=value,
-                height_m_range=prior))
+                height_m_range=prior, min_aspect=min_aspect("person")))
     return candidates, skipped
 
 

@@ -73,7 +73,7 @@ def _load_cutout(cache_url: str, record_json: str) -> GalleryCutout:
     cache = Store(cache_url)
     rgba = decode_image(cache.read_bytes(record.path), cv2.IMREAD_UNCHANGED, cache.url(record.path))
     return GalleryCutout(cutout_id=record.cutout_id, class_name=record.class_name, source=record.source,
-                         rgba=rgba, height_m=record.height_m)
+                         rgba=rgba, height_m=record.height_m, height_m_range=record.height_m_range)
 
 
 def gallery_by_class(cache: Store, gallery: Sequence[GalleryRecord]) -> dict[str, list[GalleryCutout]]:

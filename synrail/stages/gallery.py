@@ -163,7 +163,8 @@ def dataset_candidates(source: RealSource, max_pixels: int) -> tuple[list[Obstac
     if isinstance(source, CocoSource):
         found, skipped = read_coco_instances(source.annotations, source.images, source.class_map,
                                              min_area_px=source.min_area_px, max_overlap=source.max_overlap,
-                                             source_name=source.name)
+                                             source_name=source.name, mask=source.mask,
+                                             category_heights_m=source.heights_m)
         return _first(found, source.max_items), skipped
     if isinstance(source, PennFudanSource):
         found, skipped = read_pennfudan(source.root, max_pixels=max_pixels)
@@ -220,7 +221,9 @@ def gallery_record(cfg: BuildConfig, cutout: ExtractedCutout) -> GalleryRecord:
     return GalleryRecord(
         cutout_id=cutout.cutout_id, class_name=cutout.class_name, source=cutout.source, path=cutout.path,
         sha256=cutout.sha256, height_m=float(rng.uniform(*cutout.height_m_range)), width_px=cutout.width_px,
-        height_px=cutout.height_px, mask_px=cutout.mask_px, mask_score=cutout.mask_score)
+        height_px=cutout.height_px, mask_px=cutout.mask_px, mask_score=cutout.mask_score,
+        source_image=cutout.image_path, source_box=cutout.source_box, mask_source=cutout.mask_source,
+        height_m_range=cutout.height_m_range)
 
 
 def prepare_gallery_source(cfg: BuildConfig, source_index: int, cache: Store) -> GallerySourceResult:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from synrail.compose.composite import Composite, GalleryCutout, SceneBackground
+from synrail.compose.composite import Composite, GalleryCutout, SceneBackground, jittered_height
 from synrail.compose.sequence import ClipFrame, TrackedObstacle, as_composite, compose_clip_frame
 from synrail.config import BuildConfig
 from synrail.export.coco import encode_rle
@@ -127,7 +127,7 @@ def clip_obstacles(cfg: BuildConfig, clip: int, geometry: CameraGeometry,
         options = cutouts[class_name]
         cutout = options[int(rng.integers(len(options)))]
         jitter = cfg.compose.size_jitter
-        height_m = cutout.height_m * rng.uniform(1 - jitter, 1 + jitter)
+        height_m = jittered_height(cutout, rng.uniform(1 - jitter, 1 + jitter))
         along = rng.uniform(*cfg.sequences.first_distance_m)
         lateral = rng.uniform(-_LATERAL_SHARE, _LATERAL_SHARE) * geometry.gauge_m
         strength = rng.uniform(*cfg.compose.shadow.strength) if cfg.compose.shadow is not None else 0.0
