@@ -92,6 +92,9 @@ _PRIOR_SEED_SHARE = 0.3      # a prior is followed from the lowest 30 % of the r
 # Rails followed down to where their gap is this share of the gap on the lowest row that shows
 # both are the near track, even where the last rows above the image's bottom cannot be measured.
 _NEAR_GAP_SHARE = 0.6
+# A finding that needs a second opinion (an off-centre camera, rails stopping short in the open) is
+# taken where it and the learned ego-track area overlap on at least this share of their union.
+LEARNED_AGREEMENT = 0.5
 _OCCLUSION_REACH_RATIO = 1.5
 _OCCLUSION_RUN_RATIO = 1.25
 _OCCLUSION_MIN_GAP_PX = 10.0  # ... on rows where the rails are at least this far apart
@@ -252,8 +255,14 @@ def _on_robust_line(rows: np.ndarray, x: np.ndarray, tolerance_px: float = 2.0) 
 
 def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_rows_fraction: float = 0.6,
                  bottom_ignore: float = 0.0, ignore_mask: np.ndarray | None = None,
-                 prior: TrackDetection | None = None) -> TrackResult:
+                 prior: TrackDetection | None = None, track_area: np.ndarray | None = None) -> TrackResult:
     """Finds the ego track in a BGR (or grey) cab-view image.
+
+    Pairs centred under the camera whose rails reach the bottom (or a hood) are taken as they are,
+    as before a learned model existed. Findings that need more than the lines (a camera mounted
+    off the vehicle's centre line; rails that stop short of the bottom in the open) are taken only
+    where the learned ego-track area (``track_area``) agrees; where no pair of lines leads to a
+    track, the learned area itself proposes the pair that the classical fit then refines.
 
     Args:
         image_bgr: the frame, H x W x 3 BGR or H x W grey.
@@ -270,6 +279,9 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
         prior: the previous frame's detection in the same sequence (same camera and size). The
             rails are then first followed from where it put them, without the line search; if
             that fails, the full search runs as without a prior.
+        track_area: H x W probability (0-1) of the ego track area from a learned model
+            (``synrail.rail.learned.TrackAreaModel.probability``), or None: then only centred
+            pairs reaching the bottom (or a hood) are taken.
 
     Returns:
         The detection, or None with the reason. Rails that end above the bottom are accepted
@@ -292,6 +304,7 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
         segments = _ridge_segments(grey, max(0, first_row), keep)
     except _NoTrack as failure:
         return TrackResult(None, str(failure))
+    area = None if track_area is None else np.asarray(track_area, dtype=np.float32)[:visible] >= 0.5
     first_failure = None
     for centred_mount in (True, False):
         try:
@@ -301,19 +314,33 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
             continue
         for model, seen_rows in candidates:
             try:
-                detection = _followed_pair(frame, model, seen_rows, horizon_limits, width, height, centred_mount)
+                detection = _followed_pair(frame, model, seen_rows, horizon_limits, width, height, centred_mount,
+                                           area=area)
             except _NoTrack as failure:
                 first_failure = first_failure or failure
                 continue
             return TrackResult(detection)
+    if area is not None and (proposal := _learned_proposal(area, horizon_limits)) is not None:
+        try:
+            return TrackResult(_followed_pair(frame, *proposal, horizon_limits, width, height, centred_mount=False,
+                                              from_prior=True, area=area))
+        except _NoTrack as failure:
+            first_failure = first_failure or failure
     return TrackResult(None, str(first_failure))
 
 
 def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int], horizon_limits: tuple[float, float],
-                   width: int, height: int, centred_mount: bool, from_prior: bool = False) -> TrackDetection:
+                   width: int, height: int, centred_mount: bool, from_prior: bool = False,
+                   area: np.ndarray | None = None, vetted: bool = False) -> TrackDetection:
     """The track a candidate pair leads to, once followed and vetted; ``_NoTrack`` with the reason
-    when it is none (or, with ``centred_mount``, not under a camera on the vehicle's centre line)."""
-    model, samples, top_row, bottom_row = _track_rails(frame, model, seen_rows, horizon_limits, from_prior)
+    when it is none (or, with ``centred_mount``, not under a camera on the vehicle's centre line).
+
+    A finding beyond a centred pair reaching the bottom needs a second opinion: the learned
+    ``area`` (boolean, the visible rows) must agree with it (``_agrees_with_area``), unless the
+    caller ``vetted`` it already (a sequence's previous frame led to it).
+    """
+    model, samples, top_row, bottom_row, near_only = _track_rails(frame, model, seen_rows, horizon_limits,
+                                                                  from_prior)
     confidence = float(model.inlier_rows(samples).mean())
     if confidence < _MIN_SUPPORT:
         # The refits drifted: the final model explains too few of the rows it grew on.
@@ -324,7 +351,58 @@ def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
         raise _NoTrack(PAIR_OFF_CENTRE)
     if _rail_inside(frame, model, top_row, bottom_row):
         raise _NoTrack(RAIL_INSIDE_PAIR)
-    return _detection(model, top_row, bottom_row, width, height, confidence)
+    detection = _detection(model, top_row, bottom_row, width, height, confidence)
+    if (near_only or not centred_mount) and not vetted and not _agrees_with_area(detection, area):
+        raise _NoTrack(RAILS_NOT_AT_BOTTOM if near_only else PAIR_OFF_CENTRE)
+    return detection
+
+
+def _agrees_with_area(detection: TrackDetection, area: np.ndarray | None) -> bool:
+    """Whether the learned ego-track area covers the detection: their intersection over union on
+    the rows the detection spans is at least ``LEARNED_AGREEMENT``. No area: no second opinion."""
+    if area is None:
+        return False
+    rows = slice(detection.top_row, area.shape[0])
+    found, learned = detection.mask[rows], area[rows]
+    union = np.count_nonzero(found | learned)
+    return union > 0 and np.count_nonzero(found & learned) >= LEARNED_AGREEMENT * union
+
+
+def _learned_proposal(area: np.ndarray, horizon_limits: tuple[float, float]
+                      ) -> tuple[_PairModel, tuple[int, int]] | None:
+    """A pair model fitted to the edges of the learned area's largest blob reaching the lower
+    image, and the rows to start following it from (its lower half), or None.
+
+    The area runs between the rails' outer head edges, so its edges lie half a head outside
+    the rail centres the pair model follows.
+    """
+    height, width = area.shape
+    count, labels, stats, _ = cv2.connectedComponentsWithStats(area.astype(np.uint8), connectivity=8)
+    low_enough = [i for i in range(1, count)
+                  if stats[i, cv2.CC_STAT_TOP] + stats[i, cv2.CC_STAT_HEIGHT] >= 0.7 * height]
+    if not low_enough:
+        return None
+    blob = labels == max(low_enough, key=lambda i: stats[i, cv2.CC_STAT_AREA])
+    rows = np.flatnonzero(blob.any(axis=1))
+    first = np.argmax(blob[rows], axis=1).astype(np.float64)
+    last = width - 1 - np.argmax(blob[rows, ::-1], axis=1).astype(np.float64)
+    inside = (first > 0) & (last < width - 1) & (last - first >= MIN_GAP_PX)  # edges the frame did not cut
+    if inside.sum() < 8:
+        return None
+    rows, first, last = rows[inside].astype(np.float64), first[inside], last[inside]
+    inset = 0.5 * HEAD_TO_CENTRES * (last - first)
+    gap_fit = np.polyfit(rows, (last - inset) - (first + inset), 1)
+    if gap_fit[0] <= 0:
+        return None
+    horizon = -gap_fit[1] / gap_fit[0]
+    centre = np.polyfit(rows - horizon, 0.5 * (first + last), 1)
+    start = _PairModel(horizon_v=horizon, a=centre[1], b=centre[0], c=0.0, d=gap_fit[0] / 2)
+    samples = _RailSamples(rows, first + inset, last - inset, np.zeros(rows.size, dtype=bool))
+    model = _fit_pair(samples, start, horizon_limits, trust_previous=False)
+    if model is None:
+        return None
+    middle = int(rows[rows.size // 2])
+    return model, (middle, int(rows[-1]))
 
 
 def _follow_prior(frame: _Frame, prior: TrackDetection, horizon_limits: tuple[float, float], width: int,
@@ -339,7 +417,7 @@ def _follow_prior(frame: _Frame, prior: TrackDetection, horizon_limits: tuple[fl
         return None
     try:
         detection = _followed_pair(frame, model, (low, bottom), horizon_limits, width, height,
-                                   centred_mount=False, from_prior=True)
+                                   centred_mount=False, from_prior=True, vetted=True)
     except _NoTrack:
         return None
     return dataclasses.replace(detection, followed=True)
@@ -638,10 +716,11 @@ def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_l
         if centred_mount:  # the pair's centre from the image centre on the bottom row, in gaps
             bottom_mid = vp_u + 0.5 * (ml + mr) * (bottom - vp_v)
             off = np.abs(bottom_mid - (width - 1) / 2) / (gap_slope * (bottom - vp_v))
-            off_limit = _CENTRED_CHORDS
+            off_limit, off_weight = _CENTRED_CHORDS, 1.0
         else:  # the camera's offset from the pair's centre line, in gaps (``_lateral_offset``)
             off = np.abs(0.5 * (ml + mr)) / gap_slope
             off_limit = MAX_LATERAL_GAPS + _CHORD_SLACK
+            off_weight = 0.5 / off_limit  # a pair at the limit weighs half one under the camera
         # Tangents of both rails at the same rows meet on the horizon even on a curve; tangents
         # at far apart rows of a curve would not.
         overlap = np.minimum(high[:, None], high[None, :]) - np.maximum(low[:, None], low[None, :])
@@ -655,7 +734,7 @@ def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_l
         # Support, favouring pairs the camera rides over and segments reaching low in the image.
         reach = 0.5 + 0.5 * (np.maximum(high[:, None], high[None, :]) - vp_v) / (bottom - vp_v)
         score = np.where(valid, (segments.length[:, None] + segments.length[None, :]) * reach
-                         * (1 - off / off_limit), -1.0)
+                         * (1 - off_weight * off), -1.0)
     strong = np.argwhere(score >= _PAIR_SUPPORT_SHARE * score.max())
     # Narrowest at the bottom row, not by gap slope: with a loose horizon prior, two nearly
     # parallel outer lines (fastener rows, slab edges) meet far above and have a small slope.
@@ -688,14 +767,16 @@ class _Frame(NamedTuple):
 
 def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
                  horizon_limits: tuple[float, float], from_prior: bool = False
-                 ) -> tuple[_PairModel, _RailSamples, int, int]:
+                 ) -> tuple[_PairModel, _RailSamples, int, int, bool]:
     """From the rows the pair was seen on, grows the fitted range band by band: down to the
     bottom of the image (required, unless a hood's edge crosses the track where the rails end),
     then up toward the horizon while both rails keep their support and stay resolvable.
 
     Returns the refined model, the samples of the accepted rows, the first (top) and last
-    (bottom) one. A model ``from_prior`` (the previous frame's fit) is trusted from the start:
-    its curve term holds, where straight Hough chords would cut a curve.
+    (bottom) one, and whether the rails stopped short of the bottom in the open
+    (``_reached_the_near_track``: a finding that needs a second opinion). A model ``from_prior``
+    (the previous frame's fit) is trusted from the start: its curve term holds, where straight
+    Hough chords would cut a curve.
     """
     height = frame.grey.shape[0]
     low, high = _widened(seen_rows, max(8, height // 20), height)
@@ -709,11 +790,12 @@ def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
             raise _NoTrack(PAIR_NOT_SUPPORTED)
         model, first_band = grown
     samples = first_band
+    near_only = False
     while high < height - 1:
         below = min(height - 1, int(math.ceil(model.horizon_v + (high - model.horizon_v) / _GROWTH)))
         grown = _extend(frame, model, samples, np.arange(high + 1, below + 1, dtype=np.float64), horizon_limits)
         if grown is None:
-            grown, below = _up_to_occluder(frame, model, samples, high, horizon_limits)
+            grown, below, near_only = _up_to_occluder(frame, model, samples, high, horizon_limits)
             (model, samples), high = grown, below
             break
         (model, samples), high = grown, below
@@ -721,7 +803,7 @@ def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
         limit = int(math.ceil(max(0.0, model.row_at_gap(MIN_GAP_PX))))
         above = max(limit, int(math.ceil(model.horizon_v + (low - model.horizon_v) * _GROWTH)))
         if above >= low:
-            return model, samples, low, high
+            return model, samples, low, high, near_only
         grown = _extend(frame, model, samples, np.arange(above, low, dtype=np.float64), horizon_limits)
         if grown is None and low - above >= 8:
             # A band can fail on a short blur or a sleeper shadow: a band half as tall may pass.
@@ -730,7 +812,7 @@ def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
         if grown is None:
             grown = _second_look(frame, model, samples, np.arange(above, low, dtype=np.float64), horizon_limits)
         if grown is None:
-            return model, samples, low, high
+            return model, samples, low, high, near_only
         (model, samples), low = grown, above
 
 
@@ -756,9 +838,10 @@ def _second_look(frame: _Frame, model: _PairModel, samples: _RailSamples, rows: 
 
 
 def _up_to_occluder(frame: _Frame, model: _PairModel, samples: _RailSamples, high: int,
-                    horizon_limits: tuple[float, float]) -> tuple[tuple[_PairModel, _RailSamples], int]:
+                    horizon_limits: tuple[float, float]) -> tuple[tuple[_PairModel, _RailSamples], int, bool]:
     """Where the rails stop being found above the bottom, the fit and the last row the rails
-    reach, if a hood's (or dashboard's) edge crosses the track just below them; else no track.
+    reach, if a hood's (or dashboard's) edge crosses the track just below them, or if they were
+    followed near enough to the camera (then flagged True: near only); else no track.
 
     Rails ending in the open are a pair of lines that is not a track. An occluder spanning the
     frame leaves a coherent edge across the track and beyond it; ballast, sleepers (shorter
@@ -767,13 +850,13 @@ def _up_to_occluder(frame: _Frame, model: _PairModel, samples: _RailSamples, hig
     edge = _occluder_edge(frame.grey, model, high)
     if edge is None or _rails_seen_below(frame, model, edge + 3):
         if _reached_the_near_track(model, high, frame.grey.shape[0], frame.grey.shape[1]):
-            return (model, samples), high
+            return (model, samples), high, True
         raise _NoTrack(RAILS_NOT_AT_BOTTOM)
     last = edge - 2  # the edge's own blur is no rail
     if last <= high:  # the band that reached the edge took in its blur: cut the range there
-        return (model, samples), last
+        return (model, samples), last, False
     grown = _extend(frame, model, samples, np.arange(high + 1, last + 1, dtype=np.float64), horizon_limits)
-    return (grown, last) if grown is not None else ((model, samples), high)
+    return (grown, last, False) if grown is not None else ((model, samples), high, False)
 
 
 def _reached_the_near_track(model: _PairModel, high: int, height: int, width: int) -> bool:
