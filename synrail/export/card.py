@@ -129,6 +129,42 @@ def _cameras_table(backgrounds: Sequence[dict[str, Any]], report: Any) -> str:
                                                   "gauge (mm)", "frames used", "frames left out"], rows))
 
 
+def source_category(source: str) -> str | None:
+    """The source category a pasted obstacle's height belongs to (``coco:dog``, ``pennfudan``, ``rgba``);
+    None for a drawn (procedural) cutout."""
+    if source.startswith("procedural"):
+        return None
+    if source.startswith("diffusion:") or ":" not in source:
+        return source.split(":", 1)[0]
+    return source
+
+
+def pasted_heights_section(annotations: Sequence[ManifestAnnotationRow]) -> str | None:
+    """Pasted heights (m) per source category of the real cutouts; None when every cutout is drawn.
+
+    Args:
+        annotations: every annotation row of the manifest.
+
+    Returns:
+        The card's Markdown section, or None.
+    """
+    groups: dict[tuple[str, str], list[float]] = {}
+    for a in annotations:
+        category = source_category(a.source)
+        if category is not None:
+            groups.setdefault((a.class_name, category), []).append(a.height_m)
+    if not groups:
+        return None
+    rows = []
+    for (class_name, category), heights in sorted(groups.items()):
+        ordered = sorted(heights)
+        rows.append([class_name, category, len(ordered), f"{ordered[0]:.2f}", f"{ordered[len(ordered) // 2]:.2f}",
+                     f"{ordered[-1]:.2f}"])
+    return ("## Pasted heights per source category\n\nHeights (m) the real cutouts were pasted at, within "
+            "each category's real range (synrail/sources/sizes.py, or the source's `heights_m`):\n\n"
+            + _table(["class", "source category", "obstacles", "min", "median", "max"], rows))
+
+
 def dataset_card(config: dict[str, Any], images: Sequence[ImageRow], annotations: Sequence[ManifestAnnotationRow],
                  backgrounds: Sequence[dict[str, Any]], classes: Sequence[str], splits: Sequence[str],
                  report: Any = None) -> str:
@@ -165,6 +201,7 @@ def dataset_card(config: dict[str, Any], images: Sequence[ImageRow], annotations
         "## Obstacle distance (camera to ground-contact point)\n\n"
         + _table(["distance", "obstacles"], [[b, distances[b]] for b in buckets]),
         _quality_section(images),
+        *([section] if (section := pasted_heights_section(annotations)) else []),
         _inputs_section(backgrounds, report),
         "## Configuration\n\n```yaml\n" + yaml.safe_dump(config, sort_keys=False) + "```",
         "## Software\n\n" + _table(["package", "version"], sorted(package_versions().items())),

@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from pycocotools import mask as mask_utils
 
+from synrail.compose.composite import GalleryCutout, jittered_height
 from synrail.segment.base import MaskResult, Prompt
-from synrail.sources.cutouts import extract_cutouts
-from synrail.sources.gallery_sources import rasterise_segmentation, read_coco_instances
+from synrail.sources.cutouts import extract_cutouts, mask_parts
+from synrail.sources.gallery_sources import rasterise_segmentation, read_coco_instances, read_rgba_folder
+from synrail.sources.sizes import CATEGORY_HEIGHTS_M, category_height_range, normalise_category
 from synrail.storage.store import Store
 
 H, W = 240, 320
@@ -174,3 +176,82 @@ def test_an_unusable_segmentation_is_skipped_with_its_reason(tmp_path):
     candidates, _ = read_coco_instances(ann_path, images_dir, CLASS_MAP)
     cutouts, skipped = extract_cutouts(candidates, BoxSegmenter(), PassCache(), Store(str(tmp_path / "c")))
     assert not cutouts and len(skipped) == 1 and skipped[0].reason.startswith("unusable segmentation")
+
+
+# -- 3. one object per cutout --------------------------------------------------------------------
+def test_a_two_object_rgba_becomes_two_cutouts_and_specks_are_dropped(tmp_path):
+    root = tmp_path / "cars"
+    root.mkdir()
+    rgba = np.zeros((90, 260, 4), np.uint8)
+    rgba[..., :3] = 90
+    cv2.rectangle(rgba, (10, 20), (110, 70), (30, 60, 160, 255), -1)
+    cv2.rectangle(rgba, (140, 25), (250, 75), (160, 60, 30, 255), -1)
+    rgba[5:8, 200:203, 3] = 255  # a speck
+    cv2.imwrite(str(root / "two.png"), rgba)
+    candidates, _ = read_rgba_folder(root, "vehicle", (1.3, 1.6))
+    cache = Store(str(tmp_path / "cache"))
+    cutouts, skipped = extract_cutouts(candidates, BoxSegmenter(), PassCache(), cache)
+    assert not skipped
+    assert sorted((c.instance_key, c.source_box, c.mask_source) for c in cutouts) == [
+        ("rgba:two.png#part1", (140.0, 25.0, 251.0, 76.0), "rgba"),
+        ("rgba:two.png#part2", (10.0, 20.0, 111.0, 71.0), "rgba")]
+    assert [c.mask_px for c in sorted(cutouts, key=lambda c: c.instance_key)] == [111 * 51, 101 * 51]
+
+
+def test_an_annotation_in_separate_parts_is_left_out_and_a_sitting_person_too(tmp_path):
+    left, right = DOG - [40, 0], DOG + [100, 0]
+    ann_path, images_dir = _coco_folder(tmp_path, {1: [left.flatten().tolist(), right.flatten().tolist()]})
+    candidates, _ = read_coco_instances(ann_path, images_dir, CLASS_MAP, skip_truncated=False)
+    cutouts, skipped = extract_cutouts(candidates, BoxSegmenter(), PassCache(), Store(str(tmp_path / "c")))
+    assert not cutouts and skipped[0].reason == "mask in 2 separate parts (an occluded object)"
+
+    sitting = np.array([[60, 100], [180, 100], [180, 160], [60, 160]], np.float64)  # wider than tall
+    standing = np.array([[200, 40], [240, 40], [240, 160], [200, 160]], np.float64)
+    ann_path, images_dir = _coco_folder(tmp_path / "people", {1: [sitting.flatten().tolist()],
+                                                              2: [standing.flatten().tolist()]}, category="person")
+    candidates, _ = read_coco_instances(ann_path, images_dir, CLASS_MAP, max_overlap=1.0)
+    cutouts, skipped = extract_cutouts(candidates, BoxSegmenter(), PassCache(), Store(str(tmp_path / "c")))
+    assert [c.instance_key for c in cutouts] == ["objects365:2"]
+    assert skipped[0].instance_key == "objects365:1" and skipped[0].reason.startswith("not standing")
+
+
+def test_mask_parts_keeps_sizeable_parts_largest_first():
+    mask = np.zeros((50, 100), bool)
+    mask[5:45, 5:45] = True  # 1600 px
+    mask[10:30, 60:80] = True  # 400 px: sizeable
+    mask[40:45, 90:95] = True  # 25 px: a speck
+    parts = mask_parts(mask)
+    assert [int(p.sum()) for p in parts] == [1600, 400]
+    assert mask_parts(np.zeros((4, 4), bool)) == []
+
+
+# -- 4. real sizes per kind ----------------------------------------------------------------------
+def test_heights_per_category_from_the_table_config_and_class():
+    assert normalise_category("car_(automobile)") == "car" and normalise_category("Pickup Truck") == "pickup truck"
+    assert category_height_range("Dog") == CATEGORY_HEIGHTS_M["dog"]
+    assert category_height_range("bus_(vehicle)") == CATEGORY_HEIGHTS_M["bus"]
+    assert category_height_range("Elephant")[0] > 2.0
+    assert category_height_range("dog", {"Dog": (0.5, 0.6)}) == (0.5, 0.6)
+    assert category_height_range("unicorn") is None
+    with pytest.raises(ValueError, match="dog"):
+        category_height_range("dog", {"dog": (0.9, 0.5)})
+
+
+def test_coco_candidates_get_their_categorys_height_range(tmp_path):
+    ann_path, images_dir = _coco_folder(tmp_path, {1: None}, category="dog")
+    (dog,), _ = read_coco_instances(ann_path, images_dir, CLASS_MAP)
+    assert dog.height_m_range == CATEGORY_HEIGHTS_M["dog"] and dog.class_name == "animal"
+    (dog,), _ = read_coco_instances(ann_path, images_dir, CLASS_MAP, category_heights_m={"dog": (0.4, 0.5)})
+    assert dog.height_m_range == (0.4, 0.5)
+    (dog,), _ = read_coco_instances(ann_path, images_dir, {"dog": "animal", "unicorn": "animal"},
+                                    height_m_ranges={"animal": (1.0, 1.1)})
+    assert dog.height_m_range == (1.0, 1.1)  # an explicit class range beats the table
+
+
+def test_jittered_heights_stay_in_the_kinds_range():
+    rgba = np.zeros((4, 4, 4), np.uint8)
+    dog = GalleryCutout("d", "animal", "coco:dog", rgba, 0.8, (0.35, 0.85))
+    drawn = GalleryCutout("p", "animal", "procedural/animal", rgba, 0.8)
+    assert jittered_height(dog, 1.5) == 0.85 and jittered_height(dog, 0.1) == 0.35
+    assert jittered_height(dog, 1.05) == pytest.approx(0.84)
+    assert jittered_height(drawn, 1.5) == pytest.approx(1.2)  # drawn cutouts: as before, unclipped
