@@ -21,6 +21,7 @@ from flows.train_cli import add_commands as add_train_commands
 from synrail.config import BuildConfig, ConfigError, load_config, parse_override
 from synrail.errors import InputError
 from synrail.extras import check_extras
+from synrail.path_check import check_paths
 from synrail.storage.lock import OutputLocked, build_lock
 from synrail.storage.output import OutputConflict, claim_output
 from synrail.storage.store import Store, StoreError
@@ -97,6 +98,7 @@ def _config_for(args: argparse.Namespace) -> BuildConfig | None:
     try:
         config = load_config(args.config, _overrides(args))
         check_extras(config)  # before any work: a missing extra names the key and the pip command
+        check_paths(config)  # every configured path, in seconds: one line naming the key and the path
     except ConfigError as err:
         _error(err)
         return None
