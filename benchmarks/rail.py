@@ -3,6 +3,7 @@ ego-track finding on labelled real frames.
 
     python benchmarks/rail.py [--scenes 48] [--width 1280 --height 720] [--seed 0]
     python benchmarks/rail.py --real DIR [--width 1280] [--split even|odd] [--overlays OUT]
+    ... [--learned on|off|both] [--model ONNX] [--json OUT.json]
 
 Renders scenes cycling through track type x condition x straight/curved (camera height, pitch,
 fov, offset drawn like the default config), runs ``detect_track`` + ``estimate_geometry`` with the
@@ -18,6 +19,10 @@ true field of view and prints, per group and overall:
 
 With ``--real DIR`` it runs ``detect_track`` on each frame of DIR
 resized to ``--width`` (aspect kept, coordinates scaled back) and compares with DIR/labels.json.
+
+``--learned`` runs the finder with the learned ego-track area (``synrail.rail.learned``; the
+shipped model, or ``--model``), without it, or both (the default; a table each). Its CPU time
+counts in the per-frame milliseconds. ``--json`` writes the figures for the benchmark pages.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import numpy as np  # noqa: E402
 from synrail.rail.detect import detect_track  # noqa: E402
 from synrail.rail.estimate import estimate_geometry  # noqa: E402
 from synrail.rail.geometry import CameraGeometry  # noqa: E402
+from synrail.rail.learned import TrackAreaModel, default_track_model  # noqa: E402
 from synrail.sources.procedural_backgrounds import (  # noqa: E402
     CONDITIONS,
     TRACK_TYPES,
@@ -78,12 +84,13 @@ def scene(index: int, seed: int, width: int, height: int) -> tuple[BackgroundSpe
     return replace(spec, geometry=spec.geometry.model_copy(update={"track_curvature": curvature})), curve
 
 
-def evaluate(spec: BackgroundSpec, curve: str) -> Outcome:
+def evaluate(spec: BackgroundSpec, curve: str, model: TrackAreaModel | None = None) -> Outcome:
     truth = spec.geometry
     image = render_background(spec)
     hfov = math.degrees(2 * math.atan(truth.width / 2 / truth.focal_px))
     start = time.process_time()
-    result = detect_track(image, hfov_deg=hfov)
+    area = None if model is None else model.probability(image)
+    result = detect_track(image, hfov_deg=hfov, track_area=area)
     estimate = None if result.detection is None else estimate_geometry(
         result.detection, truth.width, truth.height, hfov_deg=hfov)
     ms = 1000 * (time.process_time() - start)
@@ -142,15 +149,31 @@ def main() -> None:
     parser.add_argument("--split", choices=("even", "odd"),
                         help="with --real: only frames whose name ends in an even / odd number")
     parser.add_argument("--overlays", type=Path, help="with --real: write label vs detection pictures here")
+    parser.add_argument("--learned", choices=("on", "off", "both"), default="both",
+                        help="the learned ego-track area as the finder's second opinion (default: a table each)")
+    parser.add_argument("--model", type=Path, help="an ONNX track-area model instead of the shipped one")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     cv2.setNumThreads(1)
-    if args.real is not None:
-        run_real_benchmark(args.real, width=args.width, split=args.split, overlays=args.overlays)
-        return
+    figures = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "runs": {}}
+    for name, model in learned_models(args.learned, args.model):
+        print(f"== {name}")
+        if args.real is not None:
+            overlays = None if args.overlays is None else args.overlays / ("on" if model else "off")
+            figures["runs"][name] = run_real_benchmark(args.real, width=args.width, split=args.split,
+                                                       overlays=overlays, model=model)
+        else:
+            figures["runs"][name] = run_procedural_benchmark(args, model)
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=1, default=float))
+
+
+def run_procedural_benchmark(args: argparse.Namespace, model: TrackAreaModel | None) -> dict:
+    """Renders the scenes, finds the track on each, prints the table and returns its figures."""
     outcomes = []
     for index in range(args.scenes):
         spec, curve = scene(index, args.seed, args.width, args.height)
-        outcomes.append(evaluate(spec, curve))
+        outcomes.append(evaluate(spec, curve, model))
         if not outcomes[-1].detected:
             print(f"scene {index} ({spec.track_type}, {spec.condition}, {curve}): {outcomes[-1].reason}")
     print(f"\n{args.scenes} scenes at {args.width}x{args.height}; IoU on covered rows / whole mask; "
@@ -162,10 +185,16 @@ def main() -> None:
     groups += [(t, lambda o, t=t: o.track_type == t) for t in TRACK_TYPES]
     groups += [(c, lambda o, c=c: o.condition == c) for c in CONDITIONS]
     groups += [(c, lambda o, c=c: o.curve == c) for c in CURVES]
+    figures = {}
     for name, keep in groups:
         chosen = [o for o in outcomes if keep(o)]
         if chosen:
             print(summary_row(name, chosen))
+            found = [o for o in chosen if o.detected]
+            figures[name] = {"scenes": len(chosen), "found_pct": 100 * len(found) / len(chosen),
+                             "iou_rows": float(np.median([o.iou_rows for o in found])) if found else math.nan,
+                             "cpu_ms": float(np.median([o.ms for o in chosen]))}
+    return figures
 
 
 # -- real frames -----------------------------------------------------------------------------------
@@ -232,13 +261,15 @@ def score_detection(outcome: RealOutcome, detection, scale: float, label) -> Non
     outcome.neighbour = bool(covered.any() and np.median(offset[covered]) > 0.5)
 
 
-def evaluate_real(path: Path, label, width: int, overlays: Path | None) -> RealOutcome:
+def evaluate_real(path: Path, label, width: int, overlays: Path | None,
+                  model: TrackAreaModel | None = None) -> RealOutcome:
     image = cv2.imread(str(path), cv2.IMREAD_COLOR)
     scale = width / image.shape[1]
     resized = cv2.resize(image, (width, round(image.shape[0] * scale)),
                          interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
     start = time.process_time()
-    result = detect_track(resized)
+    area = None if model is None else model.probability(resized)
+    result = detect_track(resized, track_area=area)
     ms = 1000 * (time.process_time() - start)
     outcome = RealOutcome(path.name, frame_group(path.name), labelled=label is not None,
                           detected=result.detection is not None, reason=result.reason, ms=ms)
@@ -270,24 +301,47 @@ def draw_overlay(image: np.ndarray, detection, label, scale: float, outcome: Rea
     cv2.imwrite(str(out), canvas, [cv2.IMWRITE_JPEG_QUALITY, 85])
 
 
-def real_summary_row(name: str, outcomes: list[RealOutcome]) -> str:
+def real_summary(outcomes: list[RealOutcome]) -> dict[str, float]:
+    """The figures of one group of frames."""
     labelled = [o for o in outcomes if o.labelled]
     found = [o for o in labelled if o.detected]
     errors = [o.error for o in found]
-    false = sum(o.detected for o in outcomes if not o.labelled)
-    return (f"{name:<12}{len(outcomes):>4}{len(labelled):>6}{len(found):>6}"
-            f"{sum(o.correct for o in labelled):>8}"
-            f"{100 * len(found) / max(1, len(labelled)):>7.0f}%"
-            f"{100 * sum(o.correct for o in labelled) / max(1, len(labelled)):>7.0f}%"
-            f"{np.median(errors) if errors else math.nan:>8.3f}{false:>7}"
-            f"{sum(o.neighbour for o in found):>7}{np.median([o.ms for o in outcomes]):>7.0f}")
+    return {"frames": len(outcomes), "track": len(labelled), "found": len(found),
+            "correct": sum(o.correct for o in labelled),
+            "found_pct": 100 * len(found) / max(1, len(labelled)),
+            "correct_pct": 100 * sum(o.correct for o in labelled) / max(1, len(labelled)),
+            "median_error": float(np.median(errors)) if errors else math.nan,
+            "false": sum(o.detected for o in outcomes if not o.labelled),
+            "neighbour": sum(o.neighbour for o in found), "cpu_ms": float(np.median([o.ms for o in outcomes]))}
 
 
-def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays: Path | None) -> None:
-    """Runs ``detect_track`` on each labelled frame in ``folder`` and prints the table."""
+def real_summary_row(name: str, outcomes: list[RealOutcome]) -> str:
+    f = real_summary(outcomes)
+    return (f"{name:<12}{f['frames']:>4}{f['track']:>6}{f['found']:>6}{f['correct']:>8}"
+            f"{f['found_pct']:>7.0f}%{f['correct_pct']:>7.0f}%{f['median_error']:>8.3f}{f['false']:>7}"
+            f"{f['neighbour']:>7}{f['cpu_ms']:>7.0f}")
+
+
+def learned_models(choice: str, path: Path | None) -> list[tuple[str, TrackAreaModel | None]]:
+    """The runs ``--learned`` asks for: (name, model or None)."""
+    runs: list[tuple[str, TrackAreaModel | None]] = []
+    if choice in ("off", "both"):
+        runs.append(("learned model off", None))
+    if choice in ("on", "both"):
+        model = TrackAreaModel(path) if path is not None else default_track_model()
+        if model is None:
+            sys.exit("no learned track model: give --model or train one (tools/train_track_model.py)")
+        runs.append((f"learned model on ({model.path.name})", model))
+    return runs
+
+
+def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays: Path | None,
+                       model: TrackAreaModel | None = None) -> dict:
+    """Runs ``detect_track`` on each labelled frame in ``folder``, prints the table and returns its
+    figures (per group)."""
     labels = json.loads((folder / "labels.json").read_text())
     names = sorted(name for name in labels if in_split(name, split) and (folder / name).is_file())
-    outcomes = [evaluate_real(folder / name, labels[name], width, overlays) for name in names]
+    outcomes = [evaluate_real(folder / name, labels[name], width, overlays, model) for name in names]
     for o in outcomes:
         verdict = ("correct" if o.correct else "neighbour track" if o.neighbour
                    else "wrong" if o.detected and o.labelled else "false detection" if o.detected
@@ -302,8 +356,13 @@ def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays:
     print(f"{'group':<12}{'n':>4}{'track':>6}{'found':>6}{'correct':>8}{'found':>8}{'correct':>8}"
           f"{'err':>8}{'false':>7}{'nbr':>7}{'cpu ms':>7}")
     print(real_summary_row("all", outcomes))
-    for group in sorted({o.group for o in outcomes}):
+    groups = sorted({o.group for o in outcomes})
+    for group in groups:
         print(real_summary_row(group, [o for o in outcomes if o.group == group]))
+    return {"all": real_summary(outcomes),
+            **{group: real_summary([o for o in outcomes if o.group == group]) for group in groups},
+            "frames": {o.name: {"verdict": "correct" if o.correct else "wrong" if o.detected else "none",
+                                "reason": o.reason, "rows": o.right_rows} for o in outcomes}}
 
 
 if __name__ == "__main__":

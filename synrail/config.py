@@ -93,6 +93,12 @@ class VideoBackgroundConfig(Section, CameraSettings):
     url: str
     sampling: VideoSourceConfig = VideoSourceConfig()  # frame rate or stride, filters, sidecar metadata
     track_model: str | None = Field(default=None, description="TorchScript coarse track-area model (optional)")
+    track_area_model: str | None = Field(default="builtin", description=(
+        "the learned ego-track-area model (ONNX, run by OpenCV) that the track finder asks for a second opinion: "
+        "it vets findings the rail lines alone cannot settle (a camera mounted off the vehicle's centre line, "
+        "rails hidden near the bottom by blur, a wiper or a window corner) and proposes the pair where no lines "
+        "lead to one. 'builtin': the model SynRail trains on its own renders (tools/train_track_model.py) and "
+        "ships; a path: another ONNX file with its JSON sidecar; null: the line finder alone"))
     refine_with_segmenter: bool = Field(default=False, description="refine the track area with SAM prompts")
 
 

@@ -17,6 +17,12 @@ Method:
    rails are found where the model expects them and stay resolvable. A fit that explains under
    half the rows it grew on is refused. Far rails on a light bed often show only their dark sides; such bands extend the
    range but do not move the fit.
+4. A second opinion: pairs centred under the camera whose rails reach the bottom are what the
+   lines settle alone. A camera mounted anywhere else across the cab (its offset read from the
+   pair itself), and rails that stop short of the bottom in the open (motion blur, a wiper, a
+   window's corner), need the learned ego-track area (``synrail.rail.learned``, passed as
+   ``track_area``) to agree; a pair where that area sees the track elsewhere is refused; where
+   no lines lead to a track, the area proposes the pair that the same refinement follows.
 
 Rail model: a level pinhole camera sees a ground curve ``X(Z) = o + k Z^2 / 2`` as
 ``u = A + B t + C / t`` with ``t = v - v_horizon`` exactly, and the two rails of one track (same Z
@@ -48,6 +54,7 @@ RAILS_NOT_AT_BOTTOM = "rails do not reach the bottom of the image"
 TRACK_OCCLUDED = "track occluded"
 PAIR_OFF_CENTRE = "rail pair not under the camera"
 RAIL_INSIDE_PAIR = "a rail runs between the pair"
+NOT_THE_LEARNED_TRACK = "rail pair not where the learned model sees the track"
 
 MIN_GAP_PX = 4.0             # closer than this the two rails are no longer resolvable
 GAP_SLOPE_RANGE = (0.28, 1.3)  # d(gap)/d(row) = (gauge + head) cos(pitch) / camera height: 1.15-5.4 m
@@ -95,6 +102,11 @@ _NEAR_GAP_SHARE = 0.6
 # A finding that needs a second opinion (an off-centre camera, rails stopping short in the open) is
 # taken where it and the learned ego-track area overlap on at least this share of their union.
 LEARNED_AGREEMENT = 0.5
+# Any finding is refused where the learned area shows a track (at least ``_LEARNED_PRESENT`` of the
+# finding's own area on its rows) that the finding overlaps on less than this share of their union:
+# the lines found the six-foot between two tracks, or a neighbour.
+LEARNED_VETO = 0.2
+_LEARNED_PRESENT = 0.3
 _OCCLUSION_REACH_RATIO = 1.5
 _OCCLUSION_RUN_RATIO = 1.25
 _OCCLUSION_MIN_GAP_PX = 10.0  # ... on rows where the rails are at least this far apart
@@ -300,13 +312,13 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
         followed = _follow_prior(frame, prior, horizon_limits, width, height)
         if followed is not None:
             return TrackResult(followed)
+    area = None if track_area is None else np.asarray(track_area, dtype=np.float32)[:visible] >= 0.5
+    first_failure = segments = None
     try:
         segments = _ridge_segments(grey, max(0, first_row), keep)
     except _NoTrack as failure:
-        return TrackResult(None, str(failure))
-    area = None if track_area is None else np.asarray(track_area, dtype=np.float32)[:visible] >= 0.5
-    first_failure = None
-    for centred_mount in (True, False):
+        first_failure = failure
+    for centred_mount in (True, False) if segments is not None else ():
         try:
             candidates = _ego_pair_candidates(segments, width, visible, horizon_limits, centred_mount)
         except _NoTrack as failure:
@@ -352,20 +364,36 @@ def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
     if _rail_inside(frame, model, top_row, bottom_row):
         raise _NoTrack(RAIL_INSIDE_PAIR)
     detection = _detection(model, top_row, bottom_row, width, height, confidence)
-    if (near_only or not centred_mount) and not vetted and not _agrees_with_area(detection, area):
+    if vetted:
+        return detection
+    verdict = _area_verdict(detection, area)
+    if (near_only or not centred_mount) and verdict != _AGREES:
         raise _NoTrack(RAILS_NOT_AT_BOTTOM if near_only else PAIR_OFF_CENTRE)
+    if verdict == _ELSEWHERE:
+        raise _NoTrack(NOT_THE_LEARNED_TRACK)
     return detection
 
 
-def _agrees_with_area(detection: TrackDetection, area: np.ndarray | None) -> bool:
-    """Whether the learned ego-track area covers the detection: their intersection over union on
-    the rows the detection spans is at least ``LEARNED_AGREEMENT``. No area: no second opinion."""
+_AGREES, _ELSEWHERE, _UNSURE = "agrees", "elsewhere", "unsure"
+
+
+def _area_verdict(detection: TrackDetection, area: np.ndarray | None) -> str:
+    """What the learned ego-track area says of a detection, on the rows the detection spans:
+    ``_AGREES`` (intersection over union at least ``LEARNED_AGREEMENT``), ``_ELSEWHERE`` (it shows
+    a track area of comparable size that the detection hardly overlaps: under ``LEARNED_VETO``) or
+    ``_UNSURE`` (no area given, too little area, or a partial overlap)."""
     if area is None:
-        return False
-    rows = slice(detection.top_row, area.shape[0])
+        return _UNSURE
+    last = area.shape[0] if detection.bottom_row is None else min(area.shape[0], detection.bottom_row + 1)
+    rows = slice(detection.top_row, last)
     found, learned = detection.mask[rows], area[rows]
     union = np.count_nonzero(found | learned)
-    return union > 0 and np.count_nonzero(found & learned) >= LEARNED_AGREEMENT * union
+    overlap = np.count_nonzero(found & learned) / max(1, union)
+    if overlap >= LEARNED_AGREEMENT:
+        return _AGREES
+    if overlap < LEARNED_VETO and np.count_nonzero(learned) >= _LEARNED_PRESENT * np.count_nonzero(found):
+        return _ELSEWHERE
+    return _UNSURE
 
 
 def _learned_proposal(area: np.ndarray, horizon_limits: tuple[float, float]

@@ -9,9 +9,11 @@ frame (no frame is kept in memory), then ``solve_sequence_camera``, then ``frame
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -35,6 +37,7 @@ from synrail.rail.detect import (
 )
 from synrail.rail.estimate import estimate_geometry
 from synrail.rail.geometry import CameraGeometry
+from synrail.rail.learned import TrackAreaModel, default_track_model
 from synrail.rail.sleepers import FocalEstimate, SleeperProfile, focal_from_profiles, sleeper_profile
 
 HFOV_GIVEN, HFOV_SLEEPERS, HFOV_FALLBACK = "given", "sleepers", "fallback"
@@ -75,7 +78,11 @@ class RailFollower:
     """Follows the ego rails through the consecutive frames of one sequence (fed in frame order).
 
     Each frame is searched with the last fit as the prior (``detect_track`` falls back to the
-    full search when the rails are not where it leads). A frame where both rails vanish over a
+    full search when the rails are not where it leads). After frames without a track, the last
+    track the sequence showed is the prior: the camera rides over its track, so the near rails
+    sit where they sat (its mount's offset and its horizon are what the sequence taught it).
+    With a ``track_model``, each frame's learned ego-track area is the finder's second opinion
+    (``detect_track``'s ``track_area``). A frame where both rails vanish over a
     stretch of the rows where the last clear frame showed them, or where something stands
     between them (``object_between_rails``; that needs no earlier frame), is refused with
     ``TRACK_OCCLUDED``: something stands on the track. Its fit still seeds the next frame, but
@@ -83,9 +90,11 @@ class RailFollower:
     the stretch.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, track_model: TrackAreaModel | None = None) -> None:
         self._prior: TrackDetection | None = None
+        self._anchor: TrackDetection | None = None  # the last track this sequence showed
         self._expected: np.ndarray | None = None  # rows where the last clear frame showed the rails
+        self._track_model = track_model
 
     def detect(self, image_bgr: np.ndarray, *, hfov_deg: float | None = None,
                ignore_mask: np.ndarray | None = None) -> TrackResult:
@@ -99,12 +108,14 @@ class RailFollower:
         Returns:
             The detection (``followed`` when the prior led to it), or None and why.
         """
-        result = detect_track(image_bgr, hfov_deg=hfov_deg, ignore_mask=ignore_mask, prior=self._prior)
+        area = None if self._track_model is None else self._track_model.probability(image_bgr)
+        result = detect_track(image_bgr, hfov_deg=hfov_deg, ignore_mask=ignore_mask,
+                              prior=self._prior or self._anchor, track_area=area)
         detection = result.detection
         if detection is None:
             self._prior = self._expected = None
             return result
-        self._prior = detection
+        self._prior = self._anchor = detection
         if object_between_rails(image_bgr, detection, ignore_mask=ignore_mask) or (
                 self._expected is not None and track_occluded(image_bgr, detection, self._expected,
                                                               ignore_mask=ignore_mask)):
@@ -216,3 +227,29 @@ def frame_geometry(evidence: FrameEvidence, camera: SequenceCameraSolution, *, f
         return None, reason
     return geometry_with_priors(evidence.detection, frame_width, frame_height, camera.calibration, focal_px=focal,
                                 principal=evidence.principal, gauge_m=camera.gauge_m), None
+
+
+def track_area_model(setting: str | None) -> TrackAreaModel | None:
+    """The learned track-area model a config names (``backgrounds.<source>.track_area_model``).
+
+    Args:
+        setting: "builtin" (the shipped model), a path to an ONNX file with its JSON sidecar, or
+            None (the line finder alone).
+
+    Returns:
+        The model (loaded once per process), or None for None, or "builtin" on an install
+        without the shipped file.
+
+    Raises:
+        FileNotFoundError: a path that names no ONNX file or has no sidecar.
+    """
+    if setting is None:
+        return None
+    if setting == "builtin":
+        return default_track_model()
+    return _track_area_model_at(str(Path(setting).expanduser()))
+
+
+@functools.lru_cache(maxsize=2)
+def _track_area_model_at(path: str) -> TrackAreaModel:
+    return TrackAreaModel(path)

@@ -56,7 +56,14 @@ from synrail.rail.motion import (
     rails_depth_m,
     speed_from_advances,
 )
-from synrail.rail.sequence import FrameEvidence, RailFollower, frame_evidence, frame_geometry, solve_sequence_camera
+from synrail.rail.sequence import (
+    FrameEvidence,
+    RailFollower,
+    frame_evidence,
+    frame_geometry,
+    solve_sequence_camera,
+    track_area_model,
+)
 from synrail.randomness import ClipDraw, clip_rng
 from synrail.records import (
     BackgroundRecord,
@@ -216,7 +223,7 @@ def track_frames(cfg: BuildConfig, video: VideoRef, settings: CameraSettings
         The frames in order, the clip rate (fps), the source frames between clip frames, and the
         camera's notes.
     """
-    follower = RailFollower()
+    follower = RailFollower(track_area_model(cfg.backgrounds.footage.track_area_model))
     found: list[tuple[int, FrameEvidence | None, RailPair | None, str | None]] = []
     source_width = cfg.image.width
     fps, step, frames = _frames(cfg, video, settings)

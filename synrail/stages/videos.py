@@ -36,6 +36,7 @@ from synrail.rail.sequence import (
     frame_evidence,
     frame_geometry,
     solve_sequence_camera,
+    track_area_model,
 )
 from synrail.randomness import Stream, rng_for
 from synrail.records import BackgroundRecord, SequenceCamera, UnusedFrame, VideoBackgrounds
@@ -219,7 +220,8 @@ def find_tracks(cfg: BuildConfig, frames: list[FrameRecord], settings: CameraSet
         the others. Position is the frame's index in ``frames``.
     """
     found, missing = [], []
-    follower = RailFollower()  # one camera: each frame's fit leads the search in the next
+    # One camera: each frame's fit leads the search in the next.
+    follower = RailFollower(track_area_model(cfg.backgrounds.footage.track_area_model))
     for k, frame in sorted(enumerate(frames), key=lambda item: item[1].frame_index):
         prepared = _prepared(cache, frame, settings, cfg)
         lens_focal = focal_from_hfov(frame.width, settings.hfov_for_lens) * prepared.scale

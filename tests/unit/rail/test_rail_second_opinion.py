@@ -1,0 +1,115 @@
+"""The track finder with a learned ego-track area as its second opinion: off-centre cameras, rails
+that stop short of the bottom, the six-foot between two tracks, the area's own proposal, and a
+sequence's memory of its camera.
+
+The area here is the scene's exact track mask (an oracle), so these tests pin the finder's logic;
+``tests/test_track_model.py`` checks the shipped model itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+
+import cv2
+import numpy as np
+import pytest
+
+from synrail.rail import detect
+from synrail.rail.detect import detect_track
+from synrail.rail.sequence import RailFollower
+from synrail.sources.procedural_backgrounds import BackgroundSpec, render_background, sample_background_spec
+
+WIDTH, HEIGHT = 640, 360
+
+
+@cache
+def scene(seed: int, offset_m: float) -> tuple[BackgroundSpec, np.ndarray, np.ndarray]:
+    """A straight ballasted scene seen from a camera ``offset_m`` beside the track centre: the
+    spec, the image and the exact track area."""
+    spec = sample_background_spec(
+        np.random.default_rng(seed), width=WIDTH, height=HEIGHT, track_types=["ballasted"],
+        conditions={"normal": 1.0}, camera_height_m=(2.2, 2.9), pitch_deg=(1.5, 4.5), hfov_deg=(50.0, 65.0),
+        max_curvature=0.0, max_offset_m=0.0)
+    spec = dataclasses.replace(spec, geometry=spec.geometry.model_copy(update={"track_offset_m": offset_m}))
+    return spec, render_background(spec), spec.geometry.track_mask()
+
+
+def iou_with_truth(truth: np.ndarray, detection: detect.TrackDetection) -> float:
+    """On the rows the detection spans."""
+    covered = truth.copy()
+    covered[:detection.top_row] = False
+    if detection.bottom_row is not None:
+        covered[detection.bottom_row + 1:] = False
+    return float((detection.mask & covered).sum() / max(1, (detection.mask | covered).sum()))
+
+
+@pytest.mark.parametrize("seed, offset_m", [(0, 0.8), (0, 1.2), (1, -1.2), (5, 0.8)])
+def test_an_off_centre_camera_is_found_where_the_learned_area_agrees(seed: int, offset_m: float) -> None:
+    _, image, truth = scene(seed, offset_m)
+    alone = detect_track(image)
+    assert alone.detection is None  # the lines alone do not settle a camera this far off the centre line
+    result = detect_track(image, track_area=truth.astype(np.float32))
+    assert result.detection is not None, result.reason
+    assert iou_with_truth(truth, result.detection) > 0.95
+
+
+def test_the_six_foot_between_two_tracks_is_refused_where_the_learned_area_sees_the_track() -> None:
+    """A camera 1.2 m right of its track with a neighbour on the right: the ego's right rail and
+    the neighbour's left rail make a centred 'track' a lower camera would see. The learned area
+    vetoes it, and the off-centre search finds the ego track."""
+    _, image, truth = scene(2, -1.2)
+    wrong = detect_track(image).detection
+    assert wrong is not None and iou_with_truth(truth, wrong) < 0.1
+    result = detect_track(image, track_area=truth.astype(np.float32))
+    assert result.detection is not None and iou_with_truth(truth, result.detection) > 0.95
+
+
+def test_a_learned_area_elsewhere_vetoes_a_centred_pair() -> None:
+    _, image, truth = scene(0, 0.0)
+    assert iou_with_truth(truth, detect_track(image).detection) > 0.95
+    elsewhere = np.roll(truth, WIDTH // 3, axis=1)
+    elsewhere[:, :WIDTH // 3] = False
+    result = detect_track(image, track_area=elsewhere.astype(np.float32))
+    assert result.detection is None or iou_with_truth(truth, result.detection) < 0.1
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_rails_hidden_by_motion_blur_near_the_bottom_need_the_learned_area(seed: int) -> None:
+    """The near ground moves fastest: its rails smear sideways. Rails followed down to most of
+    the near gap are the near track where the learned area agrees; the lines alone refuse."""
+    _, image, truth = scene(seed, 0.0)
+    smeared = image.copy()
+    first = int(0.85 * HEIGHT)
+    smeared[first:] = cv2.blur(image, (61, 1))[first:]
+    assert detect_track(smeared).detection is None
+    result = detect_track(smeared, track_area=truth.astype(np.float32))
+    assert result.detection is not None, result.reason
+    assert iou_with_truth(truth, result.detection) > 0.85
+
+
+def test_the_learned_area_proposes_the_rails_it_runs_between() -> None:
+    spec, _, truth = scene(0, 0.8)
+    proposal = detect._learned_proposal(truth, detect._horizon_limits(WIDTH, HEIGHT, None))
+    assert proposal is not None
+    model, (low, high) = proposal
+    rows = np.linspace(low, high, 10)
+    geometry = spec.geometry
+    z = geometry.ground_point(np.full_like(rows, WIDTH / 2), rows)[1]
+    half = geometry.gauge_m / 2 + geometry.rail_head_m / 2  # rail-head centres
+    left_u = geometry.project(np.full_like(z, geometry.track_offset_m - half), np.zeros_like(z), z)[0]
+    right_u = geometry.project(np.full_like(z, geometry.track_offset_m + half), np.zeros_like(z), z)[0]
+    left, right = model.predict(rows)
+    assert np.abs(left - left_u).max() < 3 and np.abs(right - right_u).max() < 3
+
+
+def test_a_sequence_remembers_its_track_across_frames_without_one() -> None:
+    """The camera rides over its track: after a dark frame, the last track seen leads the search."""
+    _, image, truth = scene(0, 0.0)
+    follower = RailFollower()
+    first = follower.detect(image)
+    dark = follower.detect(np.zeros_like(image))
+    after = follower.detect(image)
+    assert first.detection is not None and dark.detection is None
+    assert after.detection is not None and after.detection.followed
+    assert iou_with_truth(truth, after.detection) > 0.95
