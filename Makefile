@@ -9,7 +9,7 @@ CORE_STAMP := $(VENV)/.installed-core
 # .installed: everything (dev tools and all extras); .installed-core: the core package only
 ALL_STAMP := $(VENV)/.installed
 
-.PHONY: demo test install bench
+.PHONY: demo test install bench docs
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,12 @@ demo: $(CORE_STAMP)
 
 test: $(ALL_STAMP)
 	$(VENV)/bin/ruff check .
+	$(MAKE) docs
 	$(VENV)/bin/python -m pytest -q -n 2 tests
+
+# the documentation site (docs/, mkdocs.yml), built strictly: a broken link or a missing page fails
+docs: $(ALL_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d "$$(mktemp -d)"
 
 bench: $(CORE_STAMP)
 	$(VENV)/bin/python benchmarks/compose.py
