@@ -198,10 +198,19 @@ def test_the_issues_slips_are_named_in_one_line_within_three_seconds(tmp_path, c
     assert not (tmp_path / "out").exists()
 
 
-def test_an_rgba_source_without_height_uses_the_class_prior():
-    cfg = load_config(TINY, {"gallery.sources": [{"type": "rgba", "root": "/x", "class_name": "rock"}],
+def test_an_rgba_source_without_height_uses_the_class_prior(tmp_path):
+    from synrail.sources.procedural_obstacles import SIZE_PRIORS_M
+    from synrail.stages.gallery import dataset_candidates
+
+    cutout = np.zeros((16, 16, 4), np.uint8)
+    cutout[4:12, 4:12] = 255
+    cv2.imwrite(str(tmp_path / "stone.png"), cutout)
+    cfg = load_config(TINY, {"gallery.sources": [{"type": "rgba", "root": str(tmp_path), "class_name": "rock"}],
                              "classes": ["rock"]})
-    assert cfg.gallery.sources[0].height_m is None  # read_rgba_folder then takes the class's size prior
+    source = cfg.gallery.sources[0]
+    assert source.height_m is None
+    found, _ = dataset_candidates(source, max_pixels=10**6)  # the gallery stage's own call
+    assert [c.height_m_range for c in found] == [SIZE_PRIORS_M["rock"]]
 
 
 def test_a_track_area_model_needs_its_json_sidecar(tmp_path):
