@@ -16,6 +16,23 @@ is visible). Each label's name says where its frame comes from:
 - ``null_NAME.jpg``: ``images/real_images/NAME.jpg`` of 1960675737/MFCM-for-Image-Harmonization
   (photographs without any track: a detection there is a false one).
 
+Frames of camera families not seen in development (issue 25; RailSem19's own terms apply to its
+frames):
+
+- ``rs19sw_rsNNNNN.jpg``: ``data/weichenEvalImages_test_val_filtered_74_switches/rsNNNNN.jpg`` of
+  SebiGoebel/improved-train-ego-path-detection (RailSem19 frames with switches: fog, dusk, snow,
+  trams, yards, platforms);
+- ``rs19yolo_rsNNNNN.jpg``: ``ultralytics/assets/imgs/rsNNNNN.jpg`` (branch light_version) and
+  ``rs19yolomain_rsNNNNN.jpg``: ``yolov8-optimization/images/rsNNNNN.jpg`` (main) of
+  ccl-1/light-yolov8-seg-quantization-tensorrt (RailSem19: a tunnel portal, snow, dusk);
+- ``rs19val_rsNNNNN.jpg`` and ``pilsen_frame_N.png``: RailSem19's validation frame and a Pilsen
+  tram frame (rain on the windscreen) of oValach/RailSafeNet_DT;
+- ``sweden_TestImage.png``: ``Images/TestImage.png`` of
+  Jespjon/VisionSystemForAnAutonomousRailwayMaintenanceVehicle (a level crossing);
+- ``synrailobs_NNNNNN.jpg``: ``images/bg/NNNNNN.jpg`` of guoqiushi/SynRailObs (the paper's own
+  background, an Alpine main line);
+- ``lowview_NAME.jpg``: ``NAME.jpg`` of yfL-fengzifei/my_railway_detection (a low viewpoint).
+
 ``--mirror`` is the folder the search tool's ``fetch`` fills (``owner+name/repo`` bare git folders).
 Every frame is written as it is decoded (OpenCV, JPEG quality 95 for video frames; stills copied).
 """
@@ -46,6 +63,20 @@ SOURCES = {
     "tram": ("ifs-rwth-aachen/smarttram", "9242dc6c285d2d2075edc75d638107f9cfd9629e", "assets/img/{name}.jpg"),
     "null": ("1960675737/MFCM-for-Image-Harmonization", "fb29373a553af88f96e21355a1e537e6fe43241b",
              "images/real_images/{name}.jpg"),
+    "rs19sw": ("SebiGoebel/improved-train-ego-path-detection", "379709f87b32ef71b32d2e2735b790da78401331",
+               "data/weichenEvalImages_test_val_filtered_74_switches/{name}.jpg"),
+    "rs19yolo": ("ccl-1/light-yolov8-seg-quantization-tensorrt", "2e36aec71402687ee07225e3410e0848fcbed54e",
+                 "ultralytics/assets/imgs/{name}.jpg"),
+    "rs19yolomain": ("ccl-1/light-yolov8-seg-quantization-tensorrt", "7b08e689835c26582cf7b5b73e1aea553f7bb55c",
+                     "yolov8-optimization/images/{name}.jpg"),
+    "rs19val": ("oValach/RailSafeNet_DT", "f3a9349d80697a453a910b0ac2fd76585325dda7",
+                "assets/rs19val/jpgs/rs19val/{name}.jpg"),
+    "pilsen": ("oValach/RailSafeNet_DT", "f3a9349d80697a453a910b0ac2fd76585325dda7",
+               "assets/pilsen_railway_dataset/media/images/00b1c77ac95acac4f383/{name}.png"),
+    "sweden": ("Jespjon/VisionSystemForAnAutonomousRailwayMaintenanceVehicle",
+               "d25895bcb42d730578aae583150be5783034d75c", "Images/{name}.png"),
+    "synrailobs": ("guoqiushi/SynRailObs", "928fba0ed0728f54d2a552202da4dbd91371b3c4", "images/bg/{name}.jpg"),
+    "lowview": ("yfL-fengzifei/my_railway_detection", "f9693bc9125c00f641152cb618f9c24c3b2f013d", "{name}.jpg"),
 }
 VIDEO_FRAME = re.compile(r"^f(\d+)$")
 
