@@ -16,6 +16,15 @@ CONTEXT_FRACTION = 0.5  # GrabCut runs on the box grown by half its size: enough
 POINT_BOX_MARGIN_FRACTION = 0.1  # point-only prompts: box around the points grown by 10% of the long side
 MIN_POINT_BOX_MARGIN_PX = 16
 RNG_SEED = 0
+# Settings picked on the even image ids of a 35-photo hand-masked set, checked on the odd ones
+# (benchmarks/segment.py; the figures are in docs/benchmarks): the coarse pass alone is ~50 ms per
+# object, the fallback pass runs where the coarse one collapsed or leaked (its score is low).
+COARSE_SIDE_PX = 200  # the work region's long side in the coarse pass
+FINE_SIDE_PX = 400  # the long side of the fallback pass and of the edge refinement
+FALLBACK_BELOW = 0.6  # a coarse score under this reruns GrabCut at FINE_SIDE_PX
+FALLBACK_ITERATIONS = 3
+SCORE_TOLERANCE = 0.02  # a later iteration is kept unless it scores this much below the best one
+MIN_COARSE_SIDE_PX = 8
 
 PixelBox = tuple[int, int, int, int]  # x0, y0, x1, y1 with exclusive ends, inside the image
 
@@ -23,26 +32,42 @@ PixelBox = tuple[int, int, int, int]  # x0, y0, x1, y1 with exclusive ends, insi
 class GrabCutSegmenter:
     """Box/point prompts to masks with cv2.grabCut; deterministic (the OpenCV RNG is seeded per prompt).
 
+    Coarse to fine: GrabCut runs on the work region (the box grown by CONTEXT_FRACTION) scaled to a
+    long side of ``coarse_side`` px, one iteration at a time, keeping the best-scoring iteration (an
+    iteration that collapses the mask or leaks to the box border is not kept). Where that score is
+    under ``fallback_below`` (GrabCut at a coarse scale can lose a thin or low-contrast object) it
+    runs again at ``fine_side`` px and keeps the better of the two. The mask is then upsampled and its
+    edge re-cut at ``fine_side`` px by one GrabCut pass in a band around it with the colour models
+    frozen, and cut to the box at the image's resolution. Work per object is thus bounded whatever the
+    image size.
+
     ``score`` is a heuristic in [0, 1]: ``box_fit * (1 - border_touch / 2)``, where ``box_fit`` is the
-    IoU of the mask's tight box with the prompt box (a fragment or a leak scores low) and
-    ``border_touch`` the fraction of the box outline the mask covers (a mask hugging its box is often
-    GrabCut giving up and keeping the whole box). Point-only prompts have no real box, so their score
-    is ``1 - border_touch`` on the box built around the points.
+    IoU of the mask's tight box with the prompt box (a fragment, a collapsed mask or disconnected
+    blobs score low) and ``border_touch`` the fraction of the box outline the mask covers (a mask
+    running along its box is often GrabCut keeping background). Point-only prompts have no real box,
+    so their score is ``1 - border_touch`` on the box built around the points.
     """
 
-    def __init__(self, iterations: int = 5, min_area_px: int = 64) -> None:
+    def __init__(self, iterations: int = 4, min_area_px: int = 64, coarse_side: int = COARSE_SIDE_PX,
+                 fine_side: int = FINE_SIDE_PX, fallback_below: float = FALLBACK_BELOW) -> None:
         if iterations < 1:
             raise ValueError(f"iterations must be at least 1, got {iterations}")
+        if not MIN_COARSE_SIDE_PX <= coarse_side <= fine_side:
+            raise ValueError(f"need {MIN_COARSE_SIDE_PX} <= coarse_side <= fine_side, got {coarse_side}, {fine_side}")
         self.iterations = iterations
         self.min_area_px = min_area_px
+        self.coarse_side = coarse_side
+        self.fine_side = fine_side
+        self.fallback_below = fallback_below
 
     @property
     def identity(self) -> str:
-        """OpenCV's version and the iteration count: what decides GrabCut's masks."""
-        return f"grabcut/opencv-{cv2.__version__}/it{self.iterations}"
+        """OpenCV's version and the settings: what decides GrabCut's masks."""
+        return (f"grabcut/opencv-{cv2.__version__}/it{self.iterations}/c{self.coarse_side}-f{self.fine_side}"
+                f"-fb{self.fallback_below:g}")
 
     def segment(self, image_bgr: np.ndarray, prompts: Sequence[Prompt]) -> list[MaskResult]:
-        """One GrabCut run per prompt, in a window around it.
+        """One coarse-to-fine GrabCut per prompt, in a window around it.
 
         Args:
             image_bgr: the image, BGR.
@@ -60,22 +85,103 @@ class GrabCutSegmenter:
         box = prompt_pixel_box(prompt, (height, width))
         if box is None:
             return empty
-        rx0, ry0, rx1, ry1 = work_region(box, prompt.points, (height, width))
-        labels = initial_labels((ry1 - ry0, rx1 - rx0), shift_box(box, rx0, ry0),
-                                [(x - rx0, y - ry0) for x, y in prompt.points], prompt.point_labels)
-        if not has_enough_samples(labels):
+        region = work_region(box, prompt.points, (height, width))
+        best = self._pass(bgr, prompt, box, region, self.coarse_side, self.iterations)
+        if best is None or best[0] < self.fallback_below:
+            again = self._pass(bgr, prompt, box, region, self.fine_side, FALLBACK_ITERATIONS)
+            if again is not None and (best is None or again[0] > best[0]):
+                best = again
+        if best is None:
             return empty
-        cv2.setRNGSeed(RNG_SEED)
-        bgd_model, fgd_model = np.zeros((1, 65), np.float64), np.zeros((1, 65), np.float64)
-        cv2.grabCut(bgr[ry0:ry1, rx0:rx1], labels, None, bgd_model, fgd_model, self.iterations,
-                    cv2.GC_INIT_WITH_MASK)
+        _, region_mask, models, pass_scale = best
+        rx0, ry0, rx1, ry1 = region
+        refined = refine_edge(bgr[ry0:ry1, rx0:rx1], region_mask, models, shift_box(box, rx0, ry0), self.fine_side,
+                              pass_scale)
         full = np.zeros((height, width), bool)
-        full[ry0:ry1, rx0:rx1] = (labels == cv2.GC_FGD) | (labels == cv2.GC_PR_FGD)
+        full[ry0:ry1, rx0:rx1] = refined
         mask = postprocess_mask(full, self.min_area_px)
         if mask is None:
             return empty
         return MaskResult(mask, grabcut_score(mask, box, has_box=prompt.box is not None))
 
+    def _pass(self, bgr: np.ndarray, prompt: Prompt, box: PixelBox, region: PixelBox, side: int,
+              iterations: int) -> tuple[float, np.ndarray, tuple[np.ndarray, np.ndarray], float] | None:
+        """GrabCut on ``region`` scaled to ``side`` px: (score, region-sized float mask, colour models, scale)."""
+        rx0, ry0, rx1, ry1 = region
+        crop = bgr[ry0:ry1, rx0:rx1]
+        rh, rw = crop.shape[:2]
+        scale = min(1.0, side / max(rh, rw))
+        sh, sw = max(MIN_COARSE_SIDE_PX, round(rh * scale)), max(MIN_COARSE_SIDE_PX, round(rw * scale))
+        fy, fx = sh / rh, sw / rw
+        small = crop if (sh, sw) == (rh, rw) else cv2.resize(crop, (sw, sh), interpolation=cv2.INTER_AREA)
+        x0, y0, x1, y1 = shift_box(box, rx0, ry0)
+        sbox = (math.floor(x0 * fx), math.floor(y0 * fy), max(math.ceil(x1 * fx), math.floor(x0 * fx) + 1),
+                max(math.ceil(y1 * fy), math.floor(y0 * fy) + 1))
+        labels = initial_labels((sh, sw), sbox, [(x * fx - rx0 * fx, y * fy - ry0 * fy) for x, y in prompt.points],
+                                prompt.point_labels)
+        if not has_enough_samples(labels):
+            return None
+        cv2.setRNGSeed(RNG_SEED)
+        bgd_model, fgd_model = np.zeros((1, 65), np.float64), np.zeros((1, 65), np.float64)
+        best: tuple[float, np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
+        for iteration in range(iterations):
+            cv2.grabCut(small, labels, None, bgd_model, fgd_model, 1,
+                        cv2.GC_INIT_WITH_MASK if iteration == 0 else cv2.GC_EVAL)
+            mask = (labels == cv2.GC_FGD) | (labels == cv2.GC_PR_FGD)
+            cleaned = postprocess_mask(mask, 1)
+            score = 0.0 if cleaned is None else grabcut_score(cleaned, sbox, has_box=prompt.box is not None)
+            if best is None or score >= best[0] - SCORE_TOLERANCE:
+                best = (score, mask.copy(), (bgd_model.copy(), fgd_model.copy()))
+        assert best is not None
+        score, mask, models = best
+        up = mask.astype(np.float32) if (sh, sw) == (rh, rw) else cv2.resize(
+            mask.astype(np.float32), (rw, rh), interpolation=cv2.INTER_LINEAR)
+        return score, up, models, scale
+
+
+def refine_edge(crop: np.ndarray, soft_mask: np.ndarray, models: tuple[np.ndarray, np.ndarray], box: PixelBox,
+                side: int, mask_scale: float = 1.0) -> np.ndarray:
+    """The mask's edge re-cut at ``side`` px: one GrabCut pass in a band around it, colour models frozen.
+
+    Args:
+        crop: the work region's pixels, BGR.
+        soft_mask: the region's mask upsampled from the coarse pass, float in [0, 1].
+        models: the coarse pass's (background, foreground) GrabCut colour models.
+        box: the prompt's box in region coordinates; nothing outside it is kept.
+        side: the long side the band is cut at.
+        mask_scale: the scale ``soft_mask`` was computed at (its edge is unsure by about a pixel there).
+
+    Returns:
+        The region's mask, bool, nothing outside ``box``.
+    """
+    rh, rw = crop.shape[:2]
+    scale = min(1.0, side / max(rh, rw))
+    fh, fw = max(1, round(rh * scale)), max(1, round(rw * scale))
+    image = crop if (fh, fw) == (rh, rw) else cv2.resize(crop, (fw, fh), interpolation=cv2.INTER_AREA)
+    soft = soft_mask if (fh, fw) == (rh, rw) else cv2.resize(soft_mask, (fw, fh), interpolation=cv2.INTER_LINEAR)
+    hard = (soft >= 0.5).astype(np.uint8)
+    x0, y0, x1, y1 = box
+    inside = np.zeros((fh, fw), bool)
+    inside[math.floor(y0 * fh / rh):math.ceil(y1 * fh / rh), math.floor(x0 * fw / rw):math.ceil(x1 * fw / rw)] = True
+    # the band: where the upsampled coarse mask is unsure (its blurred edge), at least 2 px either side
+    band = max(2, round(1.5 * scale / mask_scale))
+    kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * band + 1, 2 * band + 1))
+    labels = np.full((fh, fw), cv2.GC_BGD, np.uint8)
+    labels[cv2.dilate(hard, kernel) > 0] = cv2.GC_PR_BGD
+    labels[hard > 0] = cv2.GC_PR_FGD
+    labels[cv2.erode(hard, kernel) > 0] = cv2.GC_FGD
+    labels[~inside] = cv2.GC_BGD
+    unsure = (labels == cv2.GC_PR_FGD) | (labels == cv2.GC_PR_BGD)
+    if unsure.any() and (labels != cv2.GC_BGD).any():
+        bgd_model, fgd_model = (m.copy() for m in models)
+        cv2.grabCut(image, labels, None, bgd_model, fgd_model, 1, cv2.GC_EVAL_FREEZE_MODEL)
+    fine = ((labels == cv2.GC_FGD) | (labels == cv2.GC_PR_FGD)).astype(np.float32)
+    if (fh, fw) != (rh, rw):
+        fine = cv2.resize(fine, (rw, rh), interpolation=cv2.INTER_LINEAR)
+    mask = fine >= 0.5
+    keep = np.zeros((rh, rw), bool)
+    keep[y0:y1, x0:x1] = True
+    return mask & keep
 
 
 def prompt_pixel_box(prompt: Prompt, shape: tuple[int, int]) -> PixelBox | None:
