@@ -51,6 +51,20 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_build_options(commands.add_parser("ablation", help="build the paper's Table 7 variants of a config "
                                                             "into OUT/<variant>, sharing caches"))
+    inspect = commands.add_parser("inspect", help="a preflight: look at the footage and the gallery a config "
+                                  "names (a sample through the track finder, the camera and the segmenter), "
+                                  "write OUT/index.html, print what would be left out and an estimate of the "
+                                  "build's time; no dataset is written, Prefect is not started")
+    inspect.add_argument("--config", default=None, help="YAML config (default: the built-in defaults)")
+    inspect.add_argument("--out", required=True, help="folder or URL (file://, s3://) for the report, index.html")
+    inspect.add_argument("--num-images", type=int, help="override num_images (the estimate scales with it)")
+    inspect.add_argument("--seed", type=int, help="override seed")
+    inspect.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                         help="override any config field, as for build (repeatable)")
+    inspect.add_argument("--frames-per-video", type=int, default=8, metavar="N",
+                         help="frames of each video or frame sequence through the track finder (default 8)")
+    inspect.add_argument("--gallery-sample", type=int, default=12, metavar="N",
+                         help="candidates of each gallery source cut out (default 12)")
     validate = commands.add_parser("validate", help="check an exported dataset against the export contract")
     validate.add_argument("--out", required=True, help="the dataset folder or URL (file://, s3://)")
     add_train_commands(commands)  # train, evaluate: each sets its own handler
@@ -166,7 +180,36 @@ def ablation_command(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"build": build_command, "ablation": ablation_command, "validate": validate_command}
+def inspect_command(args: argparse.Namespace) -> int:
+    """The preflight: the config and its paths checked as for build, then a sample of every input looked at;
+    Prefect is neither imported nor started."""
+    from synrail.preflight import inspect_build, summary_lines, write_report
+
+    if args.frames_per_video < 1 or args.gallery_sample < 1:
+        return _error("--frames-per-video and --gallery-sample must be at least 1")
+    try:
+        config = load_config(args.config, _overrides(args))
+        check_extras(config)
+        check_paths(config)
+        out = Store(args.out)
+        out.check_writable()  # before any work: a report that cannot be written is known now
+    except ConfigError as err:
+        return _error(err)
+    except OSError as err:  # StoreError among them
+        return _error(f"--out {args.out}: cannot write there ({err})")
+    try:
+        inspection = inspect_build(config, args.frames_per_video, args.gallery_sample)
+    except INPUT_ERRORS as err:
+        return _error(err)
+    for line in summary_lines(inspection):
+        print(line)
+    print(f"report: {write_report(inspection, args.out)}  (inspected in {inspection.seconds:.1f} s; "
+          "no dataset written)")
+    return 0
+
+
+COMMANDS = {"build": build_command, "inspect": inspect_command, "ablation": ablation_command,
+            "validate": validate_command}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
