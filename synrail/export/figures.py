@@ -133,3 +133,27 @@ def data_uri(image: np.ndarray, ext: str = ".jpg", quality: int = 82) -> str:
         raise ValueError(f"OpenCV could not encode a {image.shape} image as {ext}")
     kind = "jpeg" if ext == ".jpg" else "png"
     return f"data:image/{kind};base64,{base64.b64encode(buffer.tobytes()).decode('ascii')}"
+
+
+def track_area_strip(backgrounds: Sequence, read_image, count: int = 4, width: int = TILE_WIDTH // 2
+                     ) -> np.ndarray | None:
+    """A few backgrounds from real footage with their stored track area drawn (the dataset card's strip).
+
+    Args:
+        backgrounds: background records (``BackgroundRecord``: ``source``, ``path``, ``rail_area``);
+            only those from footage (``video:...``, ``frames:...``) are drawn.
+        read_image: a record's ``path`` -> its BGR image (the build's cache).
+        count: the most frames drawn, spread over the records in their order.
+        width: each tile's width, in pixels.
+
+    Returns:
+        The strip, or None when no background comes from footage.
+    """
+    from synrail.export.coco import decode_rle
+
+    real = [b for b in backgrounds if b.source.startswith(("video:", "frames:"))]
+    if not real:
+        return None
+    chosen = real if len(real) <= count else [real[round(k * (len(real) - 1) / (count - 1))] for k in range(count)]
+    return strip([draw_track_area(read_image(b.path), decode_rle(b.rail_area).astype(bool),
+                                  f"{b.source.split(':', 1)[1]} #{b.frame_index}", width) for b in chosen])
