@@ -126,7 +126,7 @@ def export(config: BuildConfig, chunks: list[ChunkRecord], backgrounds: list[Bac
     """The export task, then the dataset's statistics, card and sample grid in the Prefect UI."""
     export_task = t.cached(t.export_dataset, "export", cache_url)
     summary = ExportSummary.model_validate(export_task(config, chunks, backgrounds, gallery, report, out.root_url,
-                                                       clips or None, clip_refusals or None))
+                                                       clips or None, clip_refusals or None, cache_url))
     _publish(summary, out)
     return summary
 

@@ -161,8 +161,8 @@ def compose_video_clips(cfg: BuildConfig, video: VideoRef, position: int, splits
 @task(name="export-dataset", retries=2, retry_delay_seconds=1, **_COMMON)
 def export_dataset(cfg: BuildConfig, chunks: list[ChunkRecord], backgrounds: list[BackgroundRecord],
                    gallery: list[GalleryRecord], report: InputReport, out_url: str,
-                   clips: list[ClipRecord] | None = None, clip_refusals: list[ClipRefusal] | None = None
-                   ) -> export.ExportSummary:
+                   clips: list[ClipRecord] | None = None, clip_refusals: list[ClipRefusal] | None = None,
+                   cache_url: str | None = None) -> export.ExportSummary:
     """The dataset-wide documents (``synrail.stages.export``)."""
     return export.export_dataset(cfg, chunks, backgrounds, gallery, Store(out_url), report, clips or [],
-                                 clip_refusals or [])
+                                 clip_refusals or [], Store(cache_url) if cache_url else None)

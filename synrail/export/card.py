@@ -5,15 +5,21 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any
 
+import cv2
+import numpy as np
 import yaml
 
-from synrail.records import ImageRow, ManifestAnnotationRow
+from synrail.records import GalleryRecord, ImageRow, ManifestAnnotationRow
 
 DISTANCE_BINS_M = (0, 15, 30, 45, 60, 75)
+SHEET_CUTOUTS = 24  # cutouts per class on the gallery's contact sheet, spread over the range of scores
+SHEET_COLUMNS = 6
+SHEET_TILE_PX = 160
+SHEET_CAPTION_PX = 34
 CARD_PACKAGES = ("synrail", "numpy", "opencv-python-headless", "pycocotools", "pyarrow", "pydantic", "fsspec",
                  "prefect")
 
@@ -165,9 +171,113 @@ def pasted_heights_section(annotations: Sequence[ManifestAnnotationRow]) -> str 
             + _table(["class", "source category", "obstacles", "min", "median", "max"], rows))
 
 
+def _sheet_tile(rgba: np.ndarray, caption: Sequence[str]) -> np.ndarray:
+    """A cutout on a checkerboard (its alpha, halo and stair-steps visible), captioned below."""
+    size = SHEET_TILE_PX
+    scale = size / max(rgba.shape[:2])
+    small = cv2.resize(rgba, (max(1, round(rgba.shape[1] * scale)), max(1, round(rgba.shape[0] * scale))),
+                       interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+    if small.ndim == 2:
+        small = cv2.cvtColor(small, cv2.COLOR_GRAY2BGR)
+    yy, xx = np.mgrid[:size, :size]
+    board = np.where(((yy // 10 + xx // 10) % 2)[..., None] == 0, 235.0, 190.0) * np.ones(3)
+    h, w = small.shape[:2]
+    y0, x0 = (size - h) // 2, (size - w) // 2
+    alpha = small[:, :, 3:4] / 255.0 if small.shape[2] == 4 else np.ones((h, w, 1))
+    board[y0:y0 + h, x0:x0 + w] = alpha * small[:, :, :3] + (1 - alpha) * board[y0:y0 + h, x0:x0 + w]
+    tile = np.full((size + SHEET_CAPTION_PX, size, 3), 255, np.uint8)
+    tile[:size] = board.astype(np.uint8)
+    for k, line in enumerate(caption):
+        cv2.putText(tile, line, (3, size + 13 + 15 * k), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (20, 20, 20), 1, cv2.LINE_AA)
+    return tile
+
+
+def sheet_cutouts(records: Sequence[GalleryRecord], count: int = SHEET_CUTOUTS) -> list[GalleryRecord]:
+    """At most ``count`` cutouts spread evenly over the range of mask scores, lowest first: the worst
+    ones kept are shown as well as the best.
+
+    Args:
+        records: one class's cutouts.
+        count: the most shown.
+
+    Returns:
+        The cutouts shown, by score then id.
+    """
+    ordered = sorted(records, key=lambda r: (r.mask_score, r.cutout_id))
+    if len(ordered) <= count:
+        return ordered
+    picks = sorted({round(k * (len(ordered) - 1) / (count - 1)) for k in range(count)})
+    return [ordered[k] for k in picks]
+
+
+def gallery_contact_sheets(gallery: Sequence[GalleryRecord], read_bytes: Callable[[str], bytes],
+                           classes: Sequence[str]) -> dict[str, bytes]:
+    """One PNG per class of the real cutouts, as a user would inspect them: each on a checkerboard,
+    captioned with its mask source, score and source; drawn (procedural) cutouts are not shown.
+
+    Args:
+        gallery: every cutout of the build.
+        read_bytes: reads a cutout's PNG by its ``path`` (the cache store's ``read_bytes``).
+        classes: the class names, in card order.
+
+    Returns:
+        ``card/gallery_<class>.png`` -> PNG bytes, for the classes that have real cutouts.
+    """
+    sheets = {}
+    for class_name in classes:
+        shown = sheet_cutouts([g for g in gallery if g.class_name == class_name and g.mask_source != "render"])
+        if not shown:
+            continue
+        tiles = []
+        for record in shown:
+            rgba = cv2.imdecode(np.frombuffer(read_bytes(record.path), np.uint8), cv2.IMREAD_UNCHANGED)
+            if rgba is None:
+                raise ValueError(f"cutout {record.path} of {record.cutout_id} is not a readable image")
+            tiles.append(_sheet_tile(rgba, [f"{record.mask_source} {record.mask_score:.2f}",
+                                            record.source[:24]]))
+        while len(tiles) % SHEET_COLUMNS and len(tiles) > SHEET_COLUMNS:
+            tiles.append(np.full_like(tiles[0], 255))
+        rows = [np.hstack(tiles[i:i + SHEET_COLUMNS]) for i in range(0, len(tiles), SHEET_COLUMNS)]
+        ok, png = cv2.imencode(".png", np.vstack(rows))
+        if not ok:
+            raise ValueError(f"OpenCV could not encode the contact sheet of {class_name}")
+        sheets[f"card/gallery_{class_name}.png"] = png.tobytes()
+    return sheets
+
+
+def gallery_section(gallery: Sequence[GalleryRecord], sheets: Sequence[str]) -> str | None:
+    """The card's section on the real cutouts: per class and mask source, how many and their scores,
+    and the contact sheets; None when every cutout is drawn.
+
+    Args:
+        gallery: every cutout of the build.
+        sheets: the contact sheets' paths (``gallery_contact_sheets``).
+
+    Returns:
+        The Markdown section, or None.
+    """
+    groups: dict[tuple[str, str], list[float]] = {}
+    for g in gallery:
+        if g.mask_source != "render":
+            groups.setdefault((g.class_name, g.mask_source), []).append(g.mask_score)
+    if not groups:
+        return None
+    rows = []
+    for (class_name, source), scores in sorted(groups.items()):
+        ordered = sorted(scores)
+        rows.append([class_name, source, len(ordered), f"{ordered[0]:.2f}", f"{ordered[len(ordered) // 2]:.2f}"])
+    links = "\n".join(f"![{p}]({p})" for p in sheets)
+    return ("## Gallery cutouts\n\nThe real cutouts per class and mask source (annotation, rgba: shipped; "
+            "sam, grabcut: segmented from a box, score = the segmenter's own estimate). Contact sheets: up "
+            f"to {SHEET_CUTOUTS} cutouts per class spread over the range of scores, lowest first, each "
+            "captioned with its mask source, score and source.\n\n"
+            + _table(["class", "mask source", "cutouts", "min score", "median score"], rows)
+            + (f"\n\n{links}" if links else ""))
+
+
 def dataset_card(config: dict[str, Any], images: Sequence[ImageRow], annotations: Sequence[ManifestAnnotationRow],
                  backgrounds: Sequence[dict[str, Any]], classes: Sequence[str], splits: Sequence[str],
-                 report: Any = None) -> str:
+                 report: Any = None, gallery: Sequence[GalleryRecord] = (), sheets: Sequence[str] = ()) -> str:
     """Markdown card; deterministic (no times, no paths) so that equal builds have equal cards.
 
     Args:
@@ -178,6 +288,8 @@ def dataset_card(config: dict[str, Any], images: Sequence[ImageRow], annotations
         classes: the class names, in category order.
         splits: the splits shown, in order.
         report: the build's ``InputReport``; None leaves out the counts of what was left out.
+        gallery: the build's cutouts (their mask sources and scores); none leaves the section out.
+        sheets: the gallery's contact sheets' paths, linked from that section.
 
     Returns:
         The card's Markdown text.
@@ -202,6 +314,7 @@ def dataset_card(config: dict[str, Any], images: Sequence[ImageRow], annotations
         + _table(["distance", "obstacles"], [[b, distances[b]] for b in buckets]),
         _quality_section(images),
         *([section] if (section := pasted_heights_section(annotations)) else []),
+        *([cutouts] if (cutouts := gallery_section(gallery, sheets)) else []),
         _inputs_section(backgrounds, report),
         "## Configuration\n\n```yaml\n" + yaml.safe_dump(config, sort_keys=False) + "```",
         "## Software\n\n" + _table(["package", "version"], sorted(package_versions().items())),

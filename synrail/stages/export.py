@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from synrail.config import BuildConfig
-from synrail.export.card import dataset_card
+from synrail.export.card import dataset_card, gallery_contact_sheets
 from synrail.export.coco import coco_document
 from synrail.export.plots import clip_preview_gif, write_card_figures
 from synrail.export.yolo import data_yaml
@@ -172,7 +172,8 @@ def _write_report(report: InputReport, out: Store) -> None:
 
 def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds: Sequence[BackgroundRecord],
                    gallery: Sequence[GalleryRecord], out: Store, report: InputReport | None = None,
-                   clips: Sequence[ClipRecord] = (), clip_refusals: Sequence[ClipRefusal] = ()) -> ExportSummary:
+                   clips: Sequence[ClipRecord] = (), clip_refusals: Sequence[ClipRefusal] = (),
+                   cache: Store | None = None) -> ExportSummary:
     """Gather the chunks into the dataset-wide documents of the export contract.
 
     Args:
@@ -184,6 +185,8 @@ def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds:
         report: the inputs left out, for the card and the manifests.
         clips: the approach clips (their frames join COCO per split; clips.csv, MOT gt, clip manifests).
         clip_refusals: stretches of footage that gave no clip, with the reason (manifest and card).
+        cache: the store holding the cutouts' PNGs, for the card's contact sheets of the real gallery
+            (None: no sheets).
 
     Returns:
         Image and annotation counts per split and per class.
@@ -221,8 +224,11 @@ def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds:
         out.write_bytes("manifest/refused_clips.parquet", rows_bytes(list(clip_refusals), ClipRefusal))
     out.write_text("data.yaml", data_yaml(splits, cfg.classes))
     figures = write_card_figures(out, images, annotations, cfg.classes)
+    sheets = gallery_contact_sheets(gallery, cache.read_bytes, cfg.classes) if cache is not None else {}
+    for path, png in sheets.items():
+        out.write_bytes(path, png)
     card = dataset_card(cfg.content_dict(), images, annotations, [b.model_dump() for b in backgrounds],
-                        cfg.classes, splits, report)
+                        cfg.classes, splits, report, gallery, list(sheets))
     card += clip_card_section(clips, clip_tables) + real_clip_card_section(clips, clip_refusals)
     out.write_text("dataset_card.md", card + "\n## Figures\n\n" + "\n".join(f"![{p}]({p})" for p in figures) + "\n")
     records = BuildRecords(chunks=sorted(chunks, key=lambda c: c.first), backgrounds=list(backgrounds),

@@ -86,4 +86,4 @@ def _build_into(cfg: BuildConfig, out: Store, overwrite: bool) -> ExportSummary:
             made = compose_video_clips(cfg, video, position, video_splits(backgrounds, video), gallery, cache, out)
             clips += made.clips
             refusals += made.refusals
-    return export_dataset(cfg, chunks, backgrounds, gallery, out, report, clips, refusals)
+    return export_dataset(cfg, chunks, backgrounds, gallery, out, report, clips, refusals, cache)

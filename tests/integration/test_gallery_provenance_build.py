@@ -88,3 +88,10 @@ def test_a_coco_and_rgba_gallery_build_keeps_provenance_one_object_and_real_heig
     assert dogs_pasted and all(low <= h <= high for h in dogs_pasted)
     card = (out / "dataset_card.md").read_text()
     assert "## Pasted heights per source category" in card and "| animal | coco:dog |" in card
+    # the card's gallery section and contact sheets: real cutouts only, with mask source and score
+    assert "## Gallery cutouts" in card and "| animal | annotation | 1 | 1.00 | 1.00 |" in card
+    assert "| vehicle | rgba | 2 |" in card and "| person |" not in card.split("## Gallery cutouts")[1].split("##")[0]
+    for class_name in ("animal", "vehicle"):
+        assert f"![card/gallery_{class_name}.png](card/gallery_{class_name}.png)" in card
+        assert cv2.imread(str(out / f"card/gallery_{class_name}.png")) is not None
+    assert not (out / "card/gallery_person.png").exists()  # drawn cutouts have no sheet
