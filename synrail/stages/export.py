@@ -11,11 +11,13 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import cv2
 from pydantic import BaseModel
 
 from synrail.config import BuildConfig
 from synrail.export.card import dataset_card, gallery_contact_sheets
 from synrail.export.coco import coco_document
+from synrail.export.figures import track_area_strip
 from synrail.export.plots import clip_preview_gif, write_card_figures
 from synrail.export.yolo import data_yaml
 from synrail.records import (
@@ -32,6 +34,7 @@ from synrail.records import (
     InputReport,
     ManifestAnnotationRow,
 )
+from synrail.storage.codecs import decode_image, encode_image
 from synrail.storage.store import Store
 from synrail.storage.tables import read_rows, rows_bytes, table_bytes
 
@@ -39,6 +42,7 @@ CONFIG_SECTIONS = None  # the export writes the whole config into the card: ever
 
 BUILD_RECORDS = ".synrail/records.json"
 CLIP_PREVIEW = "card/clips.gif"
+TRACK_STRIP = "card/track_areas.jpg"  # a few real backgrounds with their track area drawn
 
 
 class BuildRecords(BaseModel):
@@ -227,6 +231,10 @@ def export_dataset(cfg: BuildConfig, chunks: Sequence[ChunkRecord], backgrounds:
     sheets = gallery_contact_sheets(gallery, cache.read_bytes, cfg.classes) if cache is not None else {}
     for path, png in sheets.items():
         out.write_bytes(path, png)
+    if cache is not None and (strip := track_area_strip(backgrounds, lambda path: decode_image(
+            cache.read_bytes(path), cv2.IMREAD_COLOR, cache.url(path)))) is not None:
+        out.write_bytes(TRACK_STRIP, encode_image(strip, ".jpg", [cv2.IMWRITE_JPEG_QUALITY, 85]))
+        figures.append(TRACK_STRIP)  # real backgrounds with the track area the build found on them
     card = dataset_card(cfg.content_dict(), images, annotations, [b.model_dump() for b in backgrounds],
                         cfg.classes, splits, report, gallery, list(sheets))
     card += clip_card_section(clips, clip_tables) + real_clip_card_section(clips, clip_refusals)
