@@ -31,6 +31,8 @@ import argparse
 import itertools
 import json
 import math
+import os
+import platform
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -155,7 +157,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     cv2.setNumThreads(1)
-    figures = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "runs": {}}
+    figures = {"command": "python benchmarks/rail.py " + " ".join(sys.argv[1:]), "date": time.strftime("%Y-%m-%d"),
+               "machine": f"{platform.machine()}, {os.cpu_count()} cores, one thread", "runs": {}}
     for name, model in learned_models(args.learned, args.model):
         print(f"== {name}")
         if args.real is not None:

@@ -4,7 +4,8 @@ A page holds a marker line, ``<!-- generated: NAME -->``, that this hook replace
 Markdown: ``config`` (every key of the pydantic config models: type, default, description), ``cli``
 (every command's argparse help), ``columns`` (the manifest tables' columns from the typed rows),
 ``paths`` (the path-valued keys and how each is checked) or ``include:FILE`` (a file of the repository,
-such as ``deployments/README.md``, with its headings moved down one level).
+such as ``deployments/README.md``, with its headings moved down one level) or ``results:FILE`` (a
+benchmark's committed JSON figures as tables, with the command, the machine and the date).
 """
 
 from __future__ import annotations
@@ -207,17 +208,42 @@ def include(relative: str) -> str:
     return re.sub(r"\[([^\]]+)\]\((?!https?://)[^)]+\)", r"\1", text)
 
 
+def _figure(value: Any) -> str:
+    if isinstance(value, float):
+        return "-" if value != value else f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def results(relative: str) -> str:
+    """A benchmark's JSON figures (``{"command", "date", "machine", "runs": {run: {group: {figure: value}}}}``)
+    as one table per run, groups as rows; entries that are not flat figures (per-frame lists) are left out."""
+    figures = json.loads((ROOT / relative).read_text())
+    out = [f"`{figures['command']}` on {figures.get('machine', 'an unnamed machine')}, {figures['date']} "
+           f"(`{relative}`)."]
+    for run, groups in figures["runs"].items():
+        rows = {group: values for group, values in groups.items()
+                if isinstance(values, dict) and all(not isinstance(v, dict) for v in values.values())}
+        columns = list(dict.fromkeys(key for values in rows.values() for key in values))
+        out += ["", f"**{run}**", "", "| group | " + " | ".join(columns) + " |",
+                "|---|" + "---|" * len(columns)]
+        out += [f"| {group} | " + " | ".join(_figure(values.get(c, "")) for c in columns) + " |"
+                for group, values in rows.items()]
+    return "\n".join(out)
+
+
 def generate(name: str) -> str:
     """The Markdown a marker names.
 
     Args:
-        name: ``config``, ``cli``, ``columns``, ``paths`` or ``include:FILE``.
+        name: ``config``, ``cli``, ``columns``, ``paths``, ``include:FILE`` or ``results:FILE``.
 
     Returns:
         The generated Markdown.
     """
     if name.startswith("include:"):
         return include(name.split(":", 1)[1])
+    if name.startswith("results:"):
+        return results(name.split(":", 1)[1])
     return {"config": config_reference, "cli": cli_reference, "columns": columns_reference,
             "paths": paths_reference}[name]()
 
