@@ -17,7 +17,12 @@ weight-free segmenter) and ``sam`` (when ``--sam`` gives a checkpoint). Per path
 F-score over every object (a failed or left-out mask counts as IoU 0), the share kept at
 ``--min-score`` and the kept ones' mean IoU (and the share of them under IoU 0.7), the kept-share /
 kept-IoU curve over score thresholds, the score-IoU correlation (is the score honest?) and the CPU time per
-object (OpenCV on ``--threads`` threads, 1 by default: one core). Text on stdout; ``--json`` writes the same figures.
+object (OpenCV on ``--threads`` threads, 1 by default: one core). Edges, for every mask the path gives,
+hard (the mask as a 0/1 alpha) and clean (``synrail.segment.edges``: guided-filter alpha, edge colours
+from the object): the edge error (mean |alpha - ground truth| within the boundary tolerance of the
+ground truth's boundary), the halo opacity (mean alpha on ground-truth background there) and the
+colour halo (the share of the cutout's edge pixels coloured more like the source background next to
+them than like the object). Text on stdout; ``--json`` writes the same figures.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from synrail.segment.base import Prompt, postprocess_mask  # noqa: E402
+from synrail.segment.edges import decontaminate, edge_alpha  # noqa: E402
 from synrail.segment.grabcut import GrabCutSegmenter  # noqa: E402
 from synrail.sources.cutouts import mask_parts  # noqa: E402
 from synrail.sources.gallery_sources import (  # noqa: E402
@@ -51,6 +57,7 @@ from synrail.sources.sizes import CATEGORY_HEIGHTS_M, normalise_category  # noqa
 THRESHOLDS = tuple(round(0.1 * k, 1) for k in range(10))
 BOUNDARY_SHARE = 0.008  # boundary tolerance: this share of the image diagonal (DAVIS's F measure)
 MIN_AREA_PX = 64
+EDGE_MEASURES = ("edge_error", "halo_opacity", "colour_halo")
 
 
 @dataclass(frozen=True)
@@ -170,6 +177,51 @@ def boundary_f(pred: np.ndarray, gt: np.ndarray, tolerance_px: float) -> float:
     return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
 
 
+def _near_boundary(gt: np.ndarray, tolerance_px: float) -> np.ndarray:
+    to_edge = cv2.distanceTransform((~_boundary(gt)).astype(np.uint8), cv2.DIST_L2, 3)
+    return to_edge <= tolerance_px
+
+
+def _local_mean(image: np.ndarray, where: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray]:
+    size = (2 * radius + 1, 2 * radius + 1)
+    weight = cv2.boxFilter(where.astype(np.float32), -1, size, normalize=False, borderType=cv2.BORDER_CONSTANT)
+    summed = cv2.boxFilter(image.astype(np.float32) * where[..., None], -1, size, normalize=False,
+                           borderType=cv2.BORDER_CONSTANT)
+    return summed / np.maximum(weight, 1e-6)[..., None], weight > 0
+
+
+def edge_measures(image: np.ndarray, colours: np.ndarray, alpha: np.ndarray, gt: np.ndarray,
+                  tolerance_px: float) -> tuple[float, float, float]:
+    """How clean a cutout's edge is against the ground truth.
+
+    Args:
+        image: the source image, BGR.
+        colours: the cutout's colours (the image, or its edge-decontaminated copy).
+        alpha: the cutout's alpha in [0, 1] at the image's size.
+        gt: the ground-truth mask.
+        tolerance_px: the half-width of the band around the ground truth's boundary measured.
+
+    Returns:
+        (edge error: mean |alpha - gt| in the band; halo opacity: mean alpha on ground-truth background
+        in the band; colour halo: the alpha-weighted share of the cutout's edge pixels, those within 2 px
+        of its boundary, whose colour is nearer the source background next to them than the object).
+    """
+    band = _near_boundary(gt, tolerance_px)
+    error = float(np.abs(alpha[band] - gt[band]).mean())
+    halo_opacity = float(alpha[band & ~gt].mean()) if (band & ~gt).any() else 0.0
+    solid = (alpha >= 0.5).astype(np.uint8)
+    ring = (alpha > 0) & ~(cv2.erode(solid, np.ones((5, 5), np.uint8)) > 0)
+    fg, has_fg = _local_mean(image, gt, 4)
+    bg, has_bg = _local_mean(image, ~gt, 4)
+    ring &= has_fg & has_bg
+    if not ring.any():
+        return error, halo_opacity, 0.0
+    c = colours[ring].astype(np.float32)
+    nearer_bg = np.linalg.norm(c - bg[ring], axis=1) < np.linalg.norm(c - fg[ring], axis=1)
+    weights = alpha[ring]
+    return error, halo_opacity, float((weights * nearer_bg).sum() / weights.sum())
+
+
 def annotation_mask(obj: GroundTruth, shape: tuple[int, int]) -> np.ndarray | None:
     """The mask the gallery cuts an annotated object with (None when it leaves the object out)."""
     if obj.segmentation is None:
@@ -178,8 +230,18 @@ def annotation_mask(obj: GroundTruth, shape: tuple[int, int]) -> np.ndarray | No
     return parts[0] if len(parts) == 1 else None
 
 
+NO_EDGES = (float("nan"),) * 6
+
+
+def _edges(image: np.ndarray, mask: np.ndarray, gt: np.ndarray, tolerance: float) -> tuple[float, ...]:
+    """``edge_measures`` of the hard mask, then of the clean edge (``edge_alpha`` + ``decontaminate``)."""
+    hard = edge_measures(image, image, mask.astype(np.float32), gt, tolerance)
+    alpha = edge_alpha(image, mask)
+    return (*hard, *edge_measures(image, decontaminate(image, mask, alpha), alpha, gt, tolerance))
+
+
 def measure(objects: Sequence[GroundTruth], segmenters: dict[str, Any], with_annotation: bool) -> dict[str, list]:
-    """Per path, per object: (IoU, boundary F, score, seconds).
+    """Per path, per object: (IoU, boundary F, score, seconds, then the hard and the clean edge's measures).
 
     Args:
         objects: the ground-truth objects.
@@ -187,7 +249,8 @@ def measure(objects: Sequence[GroundTruth], segmenters: dict[str, Any], with_ann
         with_annotation: also measure the annotation path.
 
     Returns:
-        path -> list of (iou, boundary_f, score, seconds) per object.
+        path -> list of (iou, boundary_f, score, seconds, *hard edge, *clean edge) per object; the edge
+        measures (``edge_measures``) are NaN where there is no mask.
     """
     rows: dict[str, list] = {name: [] for name in ([*(["annotation"] if with_annotation else []), *segmenters])}
     by_image: dict[str, list[GroundTruth]] = {}
@@ -201,8 +264,9 @@ def measure(objects: Sequence[GroundTruth], segmenters: dict[str, Any], with_ann
                 start = time.perf_counter()
                 mask = annotation_mask(obj, image.shape[:2])
                 seconds = time.perf_counter() - start
-                rows["annotation"].append((0.0, 0.0, 0.0, seconds) if mask is None else
-                                          (iou(mask, obj.mask), boundary_f(mask, obj.mask, tolerance), 1.0, seconds))
+                rows["annotation"].append((0.0, 0.0, 0.0, seconds, *NO_EDGES) if mask is None else
+                                          (iou(mask, obj.mask), boundary_f(mask, obj.mask, tolerance), 1.0, seconds,
+                                           *_edges(image, mask, obj.mask, tolerance)))
         for name, segmenter in segmenters.items():
             start = time.process_time()  # CPU time: what one core spends, whatever else runs on the machine
             results = segmenter.segment(image, [Prompt(box=obj.box) for obj in group])
@@ -210,10 +274,10 @@ def measure(objects: Sequence[GroundTruth], segmenters: dict[str, Any], with_ann
             for obj, result in zip(group, results, strict=True):
                 mask = postprocess_mask(np.asarray(result.mask, bool), MIN_AREA_PX)
                 if mask is None:
-                    rows[name].append((0.0, 0.0, float(result.score), seconds))
+                    rows[name].append((0.0, 0.0, float(result.score), seconds, *NO_EDGES))
                 else:
                     rows[name].append((iou(mask, obj.mask), boundary_f(mask, obj.mask, tolerance),
-                                       float(result.score), seconds))
+                                       float(result.score), seconds, *_edges(image, mask, obj.mask, tolerance)))
     return rows
 
 
@@ -229,7 +293,10 @@ def summarize(rows: Sequence[tuple[float, float, float, float]], min_score: floa
     """
     if not rows:
         return {"objects": 0}
-    ious, fs, scores, seconds = (np.array(c, float) for c in zip(*rows, strict=True))
+    columns = np.array(rows, float)
+    ious, fs, scores, seconds = columns[:, 0], columns[:, 1], columns[:, 2], columns[:, 3]
+    edges = columns[:, 4:10]
+    has_edges = ~np.isnan(edges[:, 0])
 
     def kept_at(threshold: float) -> dict[str, Any]:
         kept = scores >= threshold
@@ -242,7 +309,10 @@ def summarize(rows: Sequence[tuple[float, float, float, float]], min_score: floa
             "boundary_f": round(float(fs.mean()), 4), "at_min_score": kept_at(min_score),
             "curve": [kept_at(t) for t in THRESHOLDS],
             "score_iou_correlation": round(float(np.corrcoef(scores, ious)[0, 1]), 4) if varied else None,
-            "ms_per_object": round(1000 * float(seconds.mean()), 2)}
+            "ms_per_object": round(1000 * float(seconds.mean()), 2),
+            "edges": {kind: dict(zip(EDGE_MEASURES, (round(float(v), 4) for v in
+                                                     edges[has_edges][:, offset:offset + 3].mean(0)), strict=True))
+                      for kind, offset in (("hard", 0), ("clean", 3))} if has_edges.any() else None}
 
 
 def _figure(value: float | None) -> str:
@@ -261,6 +331,10 @@ def report_text(name: str, figures: dict[str, dict[str, Any]], min_score: float)
         lines.append(f"{path:>10}: {f['objects']} objects, mean IoU {f['mean_iou']:.3f}, boundary F "
                      f"{f['boundary_f']:.3f}; at min_score {min_score}: kept {at['kept_share']:.0%} at IoU "
                      f"{kept_iou}; score-IoU r {f['score_iou_correlation']}; {f['ms_per_object']:.1f} ms/object")
+        if f.get("edges"):
+            hard, clean = f["edges"]["hard"], f["edges"]["clean"]
+            lines.append(" " * 12 + "edges hard -> clean: " + ", ".join(
+                f"{m.replace('_', ' ')} {hard[m]:.3f} -> {clean[m]:.3f}" for m in EDGE_MEASURES))
         lines.append(" " * 12 + "curve (score: kept/IoU): " + "  ".join(
             f"{c['threshold']:.1f}: {c['kept_share']:.0%}/{_figure(c['kept_iou'])}" for c in f["curve"]))
     return "\n".join(lines)

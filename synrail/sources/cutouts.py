@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from synrail.segment.base import MaskResult, Prompt, Segmenter, postprocess_mask
+from synrail.segment.edges import decontaminate, edge_alpha
 from synrail.sources.gallery_sources import (
     ObstacleCandidate,
     Skipped,
@@ -84,12 +85,17 @@ class _Masked:
     mask_source: str  # annotation, rgba, or the segmenter's family
 
 
-def cutout_from_mask(image_bgr: np.ndarray, mask: np.ndarray) -> np.ndarray | None:
+def cutout_from_mask(image_bgr: np.ndarray, mask: np.ndarray, clean_edges: bool = False) -> np.ndarray | None:
     """Tight B, G, R, A crop around ``mask``: alpha 0/255, colour zero outside; None for an empty mask.
+
+    With ``clean_edges`` the alpha is ``synrail.segment.edges.edge_alpha`` (a guided-filtered ramp at the
+    edge that still reads as the mask when thresholded at 128) and the edge's colours come from the
+    object's interior (``decontaminate``): no stair-steps when scaled, no halo of the source background.
 
     Args:
         image_bgr: H x W x 3 (or more channels; the first three are kept) uint8 image.
         mask: H x W mask of the object (nonzero is object).
+        clean_edges: soften and decontaminate the edge (else a hard 0/255 alpha).
 
     Returns:
         h x w x 4 uint8 BGRA crop of the mask's bounding box, or None when the mask is empty.
@@ -103,6 +109,12 @@ def cutout_from_mask(image_bgr: np.ndarray, mask: np.ndarray) -> np.ndarray | No
     if not mask.any():
         return None
     x0, y0, x1, y1 = (int(v) for v in mask_box(mask))
+    if clean_edges:
+        alpha = edge_alpha(image_bgr[:, :, :3], mask)
+        colours = decontaminate(image_bgr[:, :, :3], mask, alpha)
+        a8 = np.rint(alpha[y0:y1, x0:x1] * 255).astype(np.uint8)
+        bgr = colours[y0:y1, x0:x1] * (a8 > 0)[..., None]
+        return np.ascontiguousarray(np.dstack([bgr, a8]))
     inside = mask[y0:y1, x0:x1]
     bgr = image_bgr[y0:y1, x0:x1, :3] * inside[..., None]
     return np.ascontiguousarray(np.dstack([bgr, inside.astype(np.uint8) * 255]))
@@ -254,7 +266,8 @@ def _final_masks(item: _Masked, min_score: float, min_area_px: int) -> list[tupl
 
 def _write_cutout(item: _Masked, mask: np.ndarray, image_bgr: np.ndarray, cache: Store,
                   suffix: str = "") -> ExtractedCutout:
-    rgba = cutout_from_mask(image_bgr, mask)
+    # shipped alpha (rgba) is the maker's own edge; annotation and segmenter masks get a clean one
+    rgba = cutout_from_mask(image_bgr, mask, clean_edges=item.mask_source != "rgba")
     assert rgba is not None  # _final_mask never passes an empty mask
     ok, buffer = cv2.imencode(".png", rgba)
     if not ok:

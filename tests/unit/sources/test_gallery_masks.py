@@ -107,7 +107,8 @@ def _uncompressed(mask: np.ndarray) -> dict:
 
 
 def _alpha(cache: Store, path: str) -> np.ndarray:
-    return cv2.imdecode(np.frombuffer(cache.read_bytes(path), np.uint8), cv2.IMREAD_UNCHANGED)[..., 3] > 0
+    """The cutout's mask as composition reads it: alpha >= 128 (a clean edge ramps below that outside)."""
+    return cv2.imdecode(np.frombuffer(cache.read_bytes(path), np.uint8), cv2.IMREAD_UNCHANGED)[..., 3] >= 128
 
 
 def _cutout_iou(cache: Store, cutout, gt: np.ndarray) -> float:  # noqa: ANN001
