@@ -66,14 +66,19 @@ GENTLE_CURVATURE = 0.0025
 # -- renders ---------------------------------------------------------------------------------------
 def _render_one(job: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray]:
     seed, index, width, height = job
-    rng = np.random.default_rng([seed, 1, index])
     ranges = dict(SCENE_RANGES)
     if index % 2:  # half the scenes on gentle curves, as most real lines are
         ranges["max_curvature"] = GENTLE_CURVATURE
-    spec = sample_background_spec(rng, width=width, height=height, track_types=TRACK_TYPES,
-                                  conditions={c: 1.0 for c in CONDITIONS}, **ranges)
-    image = cv2.cvtColor(render_background(spec), cv2.COLOR_BGR2RGB)
-    return image, spec.geometry.track_mask().astype(np.uint8)
+    for attempt in range(20):
+        rng = np.random.default_rng([seed, 1, index, attempt])
+        spec = sample_background_spec(rng, width=width, height=height, track_types=TRACK_TYPES,
+                                      conditions={c: 1.0 for c in CONDITIONS}, **ranges)
+        try:
+            image = render_background(spec)
+        except (ValueError, cv2.error):  # the renderer fails on a few extreme cameras (a one-row sky at the
+            continue                     # top edge, an overhead wire too thick to draw): draw again
+        return cv2.cvtColor(image, cv2.COLOR_BGR2RGB), spec.geometry.track_mask().astype(np.uint8)
+    raise RuntimeError(f"render {index}: no renderable scene in 20 draws")
 
 
 def render_set(seed: int, count: int, width: int, height: int, processes: int,
@@ -539,27 +544,31 @@ def main(argv: list[str] | None = None) -> dict:
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=args.lr, total_steps=steps, pct_start=0.05,
                                                    anneal_strategy="cos", div_factor=10, final_div_factor=100)
     history = []
-    val_iou = None
+    val_iou = _synthetic_iou(model, images, masks, val_indices, args.device) if args.epochs == 0 else None
     real_result = None
+    interrupted = False
     for epoch in range(args.epochs):
         t0 = time.time()
         dataset.epoch = epoch
         model.train()
         losses = []
-        for x, y in loader:
-            x = x.to(args.device).float().div_(255)
-            y = y.to(args.device)
-            loss = dice_bce(model(x), y)
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            optimiser.step()
-            schedule.step()
-            losses.append(float(loss.detach()))
-        probs = predict(model, images[val_indices], args.device)
-        val_iou = float(np.mean([_iou(p > 0.5, masks[i] > 0) for p, i in zip(probs, val_indices, strict=True)]))
+        try:
+            for x, y in loader:
+                x = x.to(args.device).float().div_(255)
+                y = y.to(args.device)
+                loss = dice_bce(model(x), y)
+                optimiser.zero_grad(set_to_none=True)
+                loss.backward()
+                optimiser.step()
+                schedule.step()
+                losses.append(float(loss.detach()))
+        except KeyboardInterrupt:  # Ctrl-C (SIGINT): stop here and still evaluate and export what was learned
+            interrupted = True
+            print(f"interrupted in epoch {epoch + 1}: exporting the model as it is", flush=True)
+        val_iou = _synthetic_iou(model, images, masks, val_indices, args.device)
         entry = {"epoch": epoch + 1, "loss": float(np.mean(losses)) if losses else None, "val_iou": val_iou,
-                 "seconds": time.time() - t0}
-        line = f"epoch {epoch + 1}/{args.epochs}: loss {entry['loss']:.4f}, synthetic val IoU {val_iou:.3f}"
+                 "seconds": time.time() - t0, "complete": not interrupted}
+        line = f"epoch {epoch + 1}/{args.epochs}: loss {_fmt(entry['loss'])}, synthetic val IoU {val_iou:.3f}"
         if real is not None and len(real):
             real_result = real.evaluate(model, args.device)
             entry["real_iou"], entry["real_null_area"] = real_result["iou"], real_result["null_area"]
@@ -567,6 +576,8 @@ def main(argv: list[str] | None = None) -> dict:
                     f"null-frame area {_fmt(real_result['null_area'])} ({real_result['null_frames']} frames)"
         print(f"{line}, {entry['seconds']:.0f} s", flush=True)
         history.append(entry)
+        if interrupted:
+            break
 
     train_seconds = time.time() - started
     max_diff = export_onnx(model, args.out, height, width)
@@ -576,7 +587,8 @@ def main(argv: list[str] | None = None) -> dict:
         "input_width": width, "input_height": height,
         "input": "1x3xHxW float32 RGB in [0, 1] (image / 255), normalised inside the model",
         "output": "1x1xHxW logits of the ego track area (sigmoid -> probability)",
-        "seed": args.seed, "renders": args.renders, "epochs": args.epochs, "parameters": params,
+        "seed": args.seed, "renders": args.renders, "epochs": args.epochs,
+        "epochs_done": len(history) - int(interrupted), "interrupted": interrupted, "parameters": params,
         "onnx_opset": ONNX_OPSET, "cv2_vs_torch_max_abs_diff": max_diff,
         "synthetic_val_iou": val_iou, "synthetic_val_frames": int(val_count),
         "real_iou": real_result["iou"] if real_result else None,
@@ -594,6 +606,12 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"wrote {args.out} ({size_kb:.0f} KB, cv2.dnn vs torch {max_diff:.1e}) and its sidecar; "
           f"{train_seconds:.0f} s in all", flush=True)
     return sidecar
+
+
+def _synthetic_iou(model: nn.Module, images: np.ndarray, masks: np.ndarray, indices: np.ndarray,
+                   device: str) -> float:
+    probs = predict(model, images[indices], device)
+    return float(np.mean([_iou(p > 0.5, masks[i] > 0) for p, i in zip(probs, indices, strict=True)]))
 
 
 def _fmt(value: float | None) -> str:
