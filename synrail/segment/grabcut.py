@@ -48,7 +48,7 @@ class GrabCutSegmenter:
     so their score is ``1 - border_touch`` on the box built around the points.
     """
 
-    def __init__(self, iterations: int = 4, min_area_px: int = 64, coarse_side: int = COARSE_SIDE_PX,
+    def __init__(self, iterations: int = 3, min_area_px: int = 64, coarse_side: int = COARSE_SIDE_PX,
                  fine_side: int = FINE_SIDE_PX, fallback_below: float = FALLBACK_BELOW) -> None:
         if iterations < 1:
             raise ValueError(f"iterations must be at least 1, got {iterations}")
