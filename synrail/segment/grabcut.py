@@ -25,6 +25,7 @@ FALLBACK_BELOW = 0.6  # a coarse score under this reruns GrabCut at FINE_SIDE_PX
 FALLBACK_ITERATIONS = 3
 SCORE_TOLERANCE = 0.02  # a later iteration is kept unless it scores this much below the best one
 MIN_COARSE_SIDE_PX = 8
+EDGE_BAND_PASS_PX = 3  # the re-cut band's half-width, in pixels of the pass the mask came from
 
 PixelBox = tuple[int, int, int, int]  # x0, y0, x1, y1 with exclusive ends, inside the image
 
@@ -163,8 +164,8 @@ def refine_edge(crop: np.ndarray, soft_mask: np.ndarray, models: tuple[np.ndarra
     x0, y0, x1, y1 = box
     inside = np.zeros((fh, fw), bool)
     inside[math.floor(y0 * fh / rh):math.ceil(y1 * fh / rh), math.floor(x0 * fw / rw):math.ceil(x1 * fw / rw)] = True
-    # the band: where the upsampled coarse mask is unsure (its blurred edge), at least 2 px either side
-    band = max(2, round(1.5 * scale / mask_scale))
+    # the band: where the upsampled coarse mask may be wrong (a few of its pixels), at least 2 px either side
+    band = max(2, round(EDGE_BAND_PASS_PX * scale / mask_scale))
     kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * band + 1, 2 * band + 1))
     labels = np.full((fh, fw), cv2.GC_BGD, np.uint8)
     labels[cv2.dilate(hard, kernel) > 0] = cv2.GC_PR_BGD
