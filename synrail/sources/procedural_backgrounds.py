@@ -258,6 +258,172 @@ def render_background(spec: BackgroundSpec, pose: TrackPose | None = None, frame
     return _finish(image, spec, sensor)
 
 
+class ClipBackgrounds:
+    """One procedural scene seen from a camera moving along its track: a clip's frames, re-projected.
+
+    ``render_background(spec, pose, frame)`` evaluates every pixel analytically; a clip's world does
+    not change between frames, only the camera moves along the track, and in the camera's own frame
+    the track is the same in every frame (``TrackPose``): a ground pixel keeps its offset from the
+    centreline and its camera distance, and only its place along the track moves by the advance.
+    So the lit ground is shaded once per clip, as textures in track coordinates (lateral, along):
+    one band of image rows per texture, each at the pixel footprint of the band's nearest row
+    (times ``resolution``), reaching as far along the track as the clip's last frame sees. A frame
+    samples them through its rows' fixed track coordinates shifted by the advance (``cv2.remap``),
+    fogs them with the fixed per-pixel transmission and composites the clutter layer (props, the
+    treeline and wires, projected from the frame's pose as in ``render_background``) over the sky,
+    which is at infinity and rendered once. The camera geometry, track mask and sensor noise are
+    those of ``render_background``; only the ground's filtering differs (the texture's bilinear
+    resampling in place of per-pixel analytic anti-aliasing).
+    """
+
+    _MAX_TEXELS = 6_000_000  # per band: coarser spacing beyond this (a very long clip)
+    _INTERPOLATION = cv2.INTER_CUBIC
+    _NOISE_SHIFT = 32  # the per-clip sensor noise is this much larger than a frame, either way
+    _NOISE_POOL_KEY = 2**32 - 1  # its stream key (frames have theirs: 1, 2, ...; the first none)
+
+    def __init__(self, spec: BackgroundSpec, max_advance_m: float, resolution: float = 2.0) -> None:
+        """Shade the clip's ground textures and sky.
+
+        Args:
+            spec: the scene (its geometry is every frame's camera).
+            max_advance_m: the furthest the camera moves along the track in the clip, metres.
+            resolution: texture spacing in units of the pixel footprint of each band's nearest row
+                (1 matches the nearest pixel; larger is coarser and faster to shade: the texels shaded
+                fall with its square; 2, the default, keeps frames within SSIM 0.9 of the analytic
+                render, ``tests/unit/sources/test_clip_backgrounds.py``).
+        """
+        self.spec = spec
+        self._noise: np.ndarray | None = None
+        self._falloff = np.ones(1, dtype=np.float32)
+        g = spec.geometry
+        self._first_row = min(g.height, max(0, math.floor(g.horizon_v()) + 1))
+        self._mask = g.track_mask()
+        self._sky = (_render_sky(spec, self._first_row, render_rng(spec.palette_seed, RenderStream.SKY))
+                     if self._first_row > 0 else None)
+        self._bands: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, float]] = []
+        if self._first_row >= g.height:
+            return
+        view = _ground_view(g, self._first_row)
+        transmission = spec.transmission(view.distance).astype(np.float32)[..., None]
+        self._transmission = transmission
+        self._airlight = _colour(spec.fog_colour_bgr, 1 / 255) * (1 - transmission)
+        lateral_step = view.lateral_filter.min(axis=1) / _AA_FILTER
+        along_step = view.along_filter.min(axis=1) / _AA_FILTER
+        stop = view.lateral.shape[0]
+        while stop > 0:  # bands from the nearest rows up, each spanning a doubling of the footprint
+            start = stop - 1
+            while start > 0 and along_step[start - 1] <= 2 * along_step[stop - 1]:
+                start -= 1
+            self._bands.append(self._band(view, start, stop, resolution * float(lateral_step[stop - 1]),
+                                          resolution * float(along_step[stop - 1]), max_advance_m))
+            stop = start
+
+    def _band(self, view: _GroundView, start: int, stop: int, lateral_step: float, along_step: float,
+              max_advance_m: float) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray, float]:
+        """Texture of ground rows ``start:stop`` (of the ground view) and its fixed sampling maps."""
+        lateral, along = view.lateral[start:stop], view.along[start:stop]
+        lateral0 = float(lateral.min()) - 2 * lateral_step
+        along0 = float(along.min()) - 2 * along_step
+        columns = int(math.ceil((float(lateral.max()) + 2 * lateral_step - lateral0) / lateral_step)) + 1
+        rows = int(math.ceil((float(along.max()) + max_advance_m + 2 * along_step - along0) / along_step)) + 1
+        if columns * rows > self._MAX_TEXELS:
+            scale = math.sqrt(columns * rows / self._MAX_TEXELS)
+            return self._band(view, start, stop, lateral_step * scale, along_step * scale, max_advance_m)
+        grid = _texture_view(self.spec, lateral0 + lateral_step * np.arange(columns),
+                             along0 + along_step * np.arange(rows), lateral_step, along_step, max_advance_m / 2)
+        texture = _shade_ground(self.spec, grid, render_rng(self.spec.palette_seed, RenderStream.GROUND))
+        map_x = ((lateral - lateral0) / lateral_step).astype(np.float32)
+        map_y = ((along - along0) / along_step).astype(np.float32)
+        return start, stop, texture, map_x, map_y, along_step
+
+    def render(self, pose: TrackPose, frame: int = 0) -> np.ndarray:
+        """The frame seen from ``pose``: H x W x 3 uint8 BGR, as ``render_background(spec, pose, frame)``.
+
+        Args:
+            pose: the camera's place along the track (within the clip's ``max_advance_m``).
+            frame: the clip frame (its sensor-noise draw).
+
+        Returns:
+            The image.
+        """
+        g = self.spec.geometry
+        image = np.empty((g.height, g.width, 3), dtype=np.float32)
+        if self._sky is not None:
+            image[:self._first_row] = self._sky
+        if self._bands:
+            ground = image[self._first_row:]
+            for start, stop, texture, map_x, map_y, along_step in self._bands:
+                shifted = map_y + np.float32(pose.advance_m / along_step)
+                cv2.remap(texture, map_x, shifted, self._INTERPOLATION, dst=ground[start:stop],
+                          borderMode=cv2.BORDER_REPLICATE)
+            ground *= self._transmission
+            ground += self._airlight
+        clutter = _render_clutter(self.spec, self._mask, render_rng(self.spec.palette_seed, RenderStream.CLUTTER),
+                                  pose)
+        image *= 1.0 - clutter[..., 3:] / np.float32(255)
+        image += clutter[..., :3] / np.float32(255)
+        return self._finish(image, frame)
+
+    def _finish(self, image: np.ndarray, frame: int) -> np.ndarray:
+        """``_finish``'s vignette and quantisation; the sensor noise is a window of one per-clip draw.
+
+        Drawing 2.8 million normals costs more than the rest of a frame, so the clip draws them once,
+        a little larger than a frame, and each frame takes a window at an offset of its own draw:
+        within a frame the noise is the same white noise, between frames it is shifted.
+        """
+        h, w = image.shape[:2]
+        if self._noise is None:
+            v = (np.arange(h, dtype=np.float32) - (h - 1) / 2)[:, None] / np.float32(h / 2)
+            u = (np.arange(w, dtype=np.float32) - (w - 1) / 2)[None, :] / np.float32(w / 2)
+            self._falloff = ((1 - np.float32(self.spec.vignette / 2) * (u * u + v * v)) * np.float32(255))[..., None]
+            pool_rng = render_rng(self.spec.palette_seed, RenderStream.SENSOR, self._NOISE_POOL_KEY)
+            self._noise = pool_rng.standard_normal((h + self._NOISE_SHIFT, w + self._NOISE_SHIFT, 3),
+                                                   dtype=np.float32) * np.float32(self.spec.sensor_noise)
+        dy, dx = render_rng(self.spec.palette_seed, RenderStream.SENSOR, *([frame] if frame else [])).integers(
+            0, self._NOISE_SHIFT + 1, 2)
+        image *= self._falloff
+        image += self._noise[dy:dy + h, dx:dx + w]
+        np.rint(image, out=image)
+        np.clip(image, 0, 255, out=image)
+        return image.astype(np.uint8)
+
+
+def _texture_view(spec: BackgroundSpec, lateral: np.ndarray, along: np.ndarray, lateral_step: float,
+                  along_step: float, reference_advance_m: float) -> _GroundView:
+    """A ground view over a grid in track coordinates (rows along the track, columns across it).
+
+    World points are where the first frame's track coordinates put them (as ``TrackPose.to_world``
+    does); the rails' visible sides follow the camera at ``reference_advance_m``.
+    """
+    g = spec.geometry
+    k = g.track_curvature
+    lateral_grid = np.broadcast_to(lateral[None, :], (along.size, lateral.size)).astype(np.float64)
+    along_grid = np.broadcast_to(along[:, None], lateral_grid.shape)
+    centre_z = _arc_inverse(along_grid, k)
+    world_z = centre_z / np.maximum(1 + k * lateral_grid, 0.05)
+    world_x = g.track_centre_x(world_z) + lateral_grid
+    camera_z = _arc_inverse(np.maximum(along_grid - reference_advance_m, 0.1), k)
+    camera_x = g.track_centre_x(camera_z) + lateral_grid
+    texel = np.float32(min(lateral_step, along_step) ** 0.7 * max(lateral_step, along_step) ** 0.3 + 1e-6)
+    shape = lateral_grid.shape
+    return _GroundView(
+        x=camera_x.astype(np.float32), z=camera_z.astype(np.float32), distance=np.empty(0, dtype=np.float32),
+        texel=np.full(shape, texel, dtype=np.float32), lateral=lateral_grid, along=along_grid,
+        lateral_filter=np.full(shape, _AA_FILTER * lateral_step + 1e-6),
+        along_filter=np.full(shape, _AA_FILTER * along_step + 1e-6),
+        world_x=world_x.astype(np.float32), world_z=world_z.astype(np.float32))
+
+
+def _arc_inverse(along: np.ndarray, curvature: float) -> np.ndarray:
+    """Forward distance Z whose centreline arc length is ``along`` (inverse of ``_arc_length``)."""
+    w = np.asarray(along, dtype=np.float64).copy()
+    if abs(curvature) < 1e-12:
+        return w
+    for _ in range(6):  # Newton, as TrackPose does
+        w = w - (_arc_length(w, curvature) - along) / np.sqrt(1 + (curvature * w) ** 2)
+    return w
+
+
 def _colour(bgr: BGR, scale: float = 1.0) -> np.ndarray:
     return np.asarray(bgr, dtype=np.float32) * np.float32(scale)
 
@@ -495,8 +661,15 @@ def _track_band(view: _GroundView, track_offset_m: float, reach_m: float, textur
 
 def _render_ground(spec: BackgroundSpec, first_row: int, rng: np.random.Generator,
                    pose: TrackPose | None = None) -> np.ndarray:
+    view = _ground_view(spec.geometry, first_row, pose)
+    lit = _shade_ground(spec, view, rng)
+    transmission = spec.transmission(view.distance).astype(np.float32)[..., None]
+    return lit * transmission + _colour(spec.fog_colour_bgr, 1 / 255) * (1 - transmission)
+
+
+def _shade_ground(spec: BackgroundSpec, view: _GroundView, rng: np.random.Generator) -> np.ndarray:
+    """Lit ground colour (before fog) at every point of ``view``: pixels, or a clip's texture grid."""
     g = spec.geometry
-    view = _ground_view(g, first_row, pose)
     noise = _SmoothNoise(rng)
     albedo = _terrain_albedo(spec, view, noise)
     textures = {
@@ -528,8 +701,7 @@ def _render_ground(spec: BackgroundSpec, first_row: int, rng: np.random.Generato
         patch = lit[band.pixels]
         _paint_rails(patch, spec, band)
         lit[band.pixels] = patch
-    transmission = spec.transmission(view.distance).astype(np.float32)[..., None]
-    return lit * transmission + _colour(spec.fog_colour_bgr, 1 / 255) * (1 - transmission)
+    return lit
 
 
 def _crevices(view: _GroundView, noise: _SmoothNoise, wavelength: float = 0.07) -> np.ndarray:

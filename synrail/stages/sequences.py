@@ -1,9 +1,11 @@
 """The sequences stage: procedural approach clips, written frame by frame beside the stills.
 
 A clip is one procedural scene seen from a camera that moves ``speed / fps`` metres along the track
-per frame (``render_background`` with a ``TrackPose``: the same palette seed, so ground textures,
-sleepers, trees and masts stay put in the world). Its obstacles stand at fixed world ground points
-and are re-projected in every frame (``synrail.compose.sequence``). A clip draws only from
+per frame (``ClipBackgrounds``: the ground shaded once per clip as textures in track coordinates and
+re-projected through each frame's ``TrackPose``, the props projected per frame, so ground textures,
+sleepers, trees and masts stay put in the world; it looks like ``render_background`` with the pose).
+Its obstacles stand at fixed world ground points and are re-projected in every frame
+(``synrail.compose.sequence``), through the same ``CameraGeometry`` the frame is rendered with. A clip draws only from
 ``clip_rng(seed, clip, ...)``, so its bytes never depend on chunking; a clip is one unit of split.
 
 Frames are images ``num_images + clip * frames_per_clip + frame`` (after the stills), named
@@ -26,7 +28,7 @@ from synrail.export.yolo import yolo_line
 from synrail.rail.geometry import CameraGeometry, TrackPose, track_point_xz
 from synrail.randomness import ClipDraw, clip_rng
 from synrail.records import SPLITS, ClipAnnotationRow, ClipImageRow, ClipRecord, GalleryRecord
-from synrail.sources.procedural_backgrounds import BackgroundSpec, render_background, sample_background_spec
+from synrail.sources.procedural_backgrounds import BackgroundSpec, ClipBackgrounds, sample_background_spec
 from synrail.stages.compose import SHADOW_SCALE, annotation_rows, chunk_ranges, gallery_by_class
 from synrail.stages.splits import split_counts
 from synrail.storage.codecs import encode_image
@@ -137,8 +139,9 @@ def clip_obstacles(cfg: BuildConfig, clip: int, geometry: CameraGeometry,
     return obstacles
 
 
-def _frame_background(spec: BackgroundSpec, pose: TrackPose, frame: int, mask: np.ndarray) -> SceneBackground:
-    return SceneBackground(image=render_background(spec, pose, frame), track_mask=mask, track_rows={},
+def _frame_background(scene: ClipBackgrounds, pose: TrackPose, frame: int, mask: np.ndarray) -> SceneBackground:
+    spec = scene.spec
+    return SceneBackground(image=scene.render(pose, frame), track_mask=mask, track_rows={},
                            geometry=spec.geometry, fog_beta=spec.fog_beta, airlight_bgr=spec.fog_colour_bgr,
                            illumination_bgr=spec.illumination_bgr, sensor_noise=spec.sensor_noise,
                            light_deg=(spec.sun_azimuth_deg, spec.sun_elevation_deg),
@@ -218,6 +221,7 @@ def compose_clip(cfg: BuildConfig, clip: int, split: str, cutouts: dict[str, lis
     light = (spec.sun_azimuth_deg, spec.sun_elevation_deg) if cfg.compose.shadow is not None else None
     weather = ClipWeather(cfg, clip, spec.condition)
     step_m = speed_kmh / 3.6 / seq.fps
+    scene = ClipBackgrounds(spec, (seq.frames_per_clip - 1) * step_m)
     jpeg_params = [cv2.IMWRITE_JPEG_QUALITY, cfg.image.jpeg_quality]
     started: set[int] = set()
     ended: set[int] = set()
@@ -226,7 +230,7 @@ def compose_clip(cfg: BuildConfig, clip: int, split: str, cutouts: dict[str, lis
     for frame in range(seq.frames_per_clip):
         advance = frame * step_m
         pose = TrackPose.along(geometry, advance)
-        background = _frame_background(spec, pose, frame, mask)
+        background = _frame_background(scene, pose, frame, mask)
         frame_out = compose_clip_frame(
             background, [o for o in obstacles if o.track_id not in ended], pose, cfg.compose, light,
             clip_rng(cfg.seed, clip, ClipDraw.FRAME, frame),

@@ -1,0 +1,94 @@
+"""Tests for ClipBackgrounds: a clip's frames re-projected from textures shaded once per clip."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from skimage.metrics import structural_similarity
+
+from synrail.rail.geometry import TrackPose
+from synrail.sources.procedural_backgrounds import (
+    BackgroundSpec,
+    ClipBackgrounds,
+    render_background,
+    sample_background_spec,
+)
+
+ADVANCE_M = 30.0  # a 20-frame clip at 54 km/h and 10 frames/s
+
+
+def scene(seed: int, track_type: str, condition: str, curvature: float, offset: float = 0.0,
+          width: int = 320, height: int = 180) -> BackgroundSpec:
+    """A scene without sensor noise, so that the comparison sees the rendering only."""
+    spec = sample_background_spec(
+        np.random.default_rng(seed), width=width, height=height, track_types=[track_type],
+        conditions={condition: 1.0}, camera_height_m=(2.2, 2.9), pitch_deg=(1.5, 4.5),
+        hfov_deg=(50.0, 65.0), max_curvature=0.0, max_offset_m=0.0)
+    geometry = spec.geometry.model_copy(update={"track_curvature": curvature, "track_offset_m": offset})
+    return dataclasses.replace(spec, geometry=geometry, sensor_noise=0.0)
+
+
+def ssim(a: np.ndarray, b: np.ndarray) -> float:
+    return float(structural_similarity(a, b, channel_axis=2))
+
+
+SCENES = [  # track types x conditions x curves (either way), an offset camera among them
+    (1, "ballasted", "normal", 0.0, 0.0),
+    (2, "ballasted", "overcast", 0.003, 0.0),
+    (3, "ballasted", "dusk", -0.002, 0.4),
+    (4, "ballasted", "fog", 0.001, 0.0),
+    (5, "ballastless", "normal", -0.003, 0.0),
+    (6, "ballastless", "overcast", 0.0, -0.4),
+    (7, "ballastless", "fog", 0.002, 0.0),
+    (8, "ballastless", "dusk", 0.0, 0.0),
+]
+
+
+@pytest.mark.parametrize(("seed", "track_type", "condition", "curvature", "offset"), SCENES)
+def test_clip_frames_look_like_the_analytic_render_of_the_same_pose(seed: int, track_type: str, condition: str,
+                                                                   curvature: float, offset: float) -> None:
+    spec = scene(seed, track_type, condition, curvature, offset)
+    clip = ClipBackgrounds(spec, ADVANCE_M)
+    for frame, advance in enumerate((0.0, ADVANCE_M / 2, ADVANCE_M)):
+        pose = TrackPose.along(spec.geometry, advance)
+        framed = clip.render(pose, frame)
+        assert framed.shape == (spec.geometry.height, spec.geometry.width, 3) and framed.dtype == np.uint8
+        assert ssim(framed, render_background(spec, pose, frame)) >= 0.9
+
+
+def test_clip_frame_at_full_size_looks_like_the_analytic_render() -> None:
+    spec = scene(11, "ballasted", "normal", 0.002, 0.2, width=1280, height=720)
+    pose = TrackPose.along(spec.geometry, 25.0)
+    assert ssim(ClipBackgrounds(spec, 25.0).render(pose, 3), render_background(spec, pose, 3)) >= 0.9
+
+
+def test_the_ground_moves_with_the_camera() -> None:
+    """A later frame matches the analytic render from the moved camera, not the first frame's."""
+    spec = scene(1, "ballasted", "normal", 0.0)
+    clip = ClipBackgrounds(spec, ADVANCE_M)
+    moved = TrackPose.along(spec.geometry, 7.3)
+    framed = clip.render(moved, 1)
+    assert ssim(framed, render_background(spec, moved, 1)) >= 0.9
+    assert ssim(framed, render_background(spec, TrackPose.along(spec.geometry, 0.0), 1)) < 0.7
+
+
+def test_clip_frames_keep_the_scene_geometry_and_track_area_free_of_clutter() -> None:
+    spec = dataclasses.replace(scene(3, "ballasted", "normal", 0.002), tree_count=40)
+    clip = ClipBackgrounds(spec, ADVANCE_M)
+    assert clip.spec.geometry == spec.geometry  # obstacles are placed and measured with it
+    bare = ClipBackgrounds(dataclasses.replace(spec, tree_count=0, mast_side=0, treeline_distance_m=0.0), ADVANCE_M)
+    pose = TrackPose.along(spec.geometry, 12.0)
+    mask = spec.geometry.track_mask()
+    assert np.array_equal(clip.render(pose, 2)[mask], bare.render(pose, 2)[mask])
+
+
+def test_frames_are_deterministic_and_sensor_noise_differs_per_frame() -> None:
+    spec = dataclasses.replace(scene(2, "ballastless", "overcast", 0.0), sensor_noise=3.0)
+    pose = TrackPose.along(spec.geometry, 5.0)
+    first = ClipBackgrounds(spec, ADVANCE_M).render(pose, 4)
+    assert np.array_equal(first, ClipBackgrounds(spec, ADVANCE_M).render(pose, 4))
+    other = ClipBackgrounds(spec, ADVANCE_M).render(pose, 5)
+    difference = first.astype(np.int16) - other.astype(np.int16)
+    assert 1.0 < difference.std() < 3.0 * 3  # the same scene, another noise draw
