@@ -3,7 +3,7 @@
     python benchmarks/segment.py --coco ANNOTATIONS.json --images DIR [--pennfudan DIR]
                                  [--categories dog,person,...] [--min-area 3000] [--max-objects N]
                                  [--sam CHECKPOINT [--sam-type vit_h] [--device cuda]]
-                                 [--min-score 0.5] [--json OUT.json]
+                                 [--min-score 0.5] [--halves] [--threads 1] [--json OUT.json]
     python benchmarks/segment.py --synthetic DIR      # writes a small COCO set with known masks there, then measures it
 
 Objects: a COCO-format folder's annotations of the given categories (default: the kinds of
@@ -70,6 +70,7 @@ class GroundTruth:
     box: tuple[float, float, float, float]
     segmentation: Any = None  # the annotation's field (None for PennFudan)
     annotated_size: tuple[int, int] | None = None
+    image_id: int | None = None  # the COCO image id (``--halves`` splits by its parity)
 
 
 # -- ground truth ---------------------------------------------------------------------------------
@@ -111,7 +112,8 @@ def coco_objects(annotations: Path, images: Path, categories: Sequence[str] | No
         if size is not None and size != shapes[path]:
             sx, sy = shapes[path][1] / size[1], shapes[path][0] / size[0]
             x, y, w, h = x * sx, y * sy, w * sx, h * sy
-        found.append(GroundTruth(f"coco:{ann['id']}", path, mask, (x, y, x + w, y + h), ann["segmentation"], size))
+        found.append(GroundTruth(f"coco:{ann['id']}", path, mask, (x, y, x + w, y + h), ann["segmentation"], size,
+                                 int(ann["image_id"])))
         if max_objects is not None and len(found) >= max_objects:
             break
     return found
@@ -417,7 +419,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         coco, images = write_synthetic_coco(Path(args.synthetic)), Path(args.synthetic) / "images"
     if coco:
         categories = args.categories.split(",") if args.categories else None
-        sets["coco"] = (coco_objects(Path(coco), Path(images), categories, args.min_area, args.max_objects), True)
+        objects = coco_objects(Path(coco), Path(images), categories, args.min_area, args.max_objects)
+        sets["coco"] = (objects, True)
+        if args.halves:  # settings chosen on one half can be checked on the other
+            for parity, half in ((0, "even"), (1, "odd")):
+                sets[f"coco, {half} image ids"] = ([o for o in objects if (o.image_id or 0) % 2 == parity], True)
     if args.pennfudan:
         sets["pennfudan"] = (pennfudan_objects(Path(args.pennfudan), args.min_area, args.max_objects), False)
     results: dict[str, Any] = {}
@@ -446,6 +452,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sam-type", default="vit_h")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", help="write the figures here as JSON")
+    parser.add_argument("--halves", action="store_true",
+                        help="also measure the COCO objects of even and of odd image ids apart")
     parser.add_argument("--threads", type=int, default=1, help="OpenCV threads (default 1: ms per object on one core)")
     args = parser.parse_args(argv)
     if not (args.coco or args.pennfudan or args.synthetic):

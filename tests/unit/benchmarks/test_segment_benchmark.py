@@ -24,6 +24,18 @@ def test_the_benchmark_measures_every_path_on_a_synthetic_coco_set(tmp_path, cap
     assert grabcut["at_min_score"]["threshold"] == 0.5 and grabcut["ms_per_object"] > 0
     assert json.loads(out.read_text())["sets"] == results
     assert "grabcut: 12 objects, mean IoU" in capsys.readouterr().out
+    # edges: the hard mask against the clean edge, per path
+    assert set(grabcut["edges"]) == {"hard", "clean"} and set(grabcut["edges"]["clean"]) == set(segment.EDGE_MEASURES)
+    assert annotation["edges"]["hard"]["edge_error"] == 0.0  # the annotation is the ground truth
+    assert grabcut["edges"]["clean"]["colour_halo"] < 0.01  # no background colour on the clean edge
+
+
+def test_halves_split_the_coco_objects_by_image_id_parity(tmp_path):
+    results = segment.run(segment.parse_args(["--synthetic", str(tmp_path / "coco"), "--min-area", "500",
+                                              "--halves"]))
+    assert set(results) == {"coco", "coco, even image ids", "coco, odd image ids"}
+    assert results["coco, even image ids"]["grabcut"]["objects"] == results["coco, odd image ids"]["grabcut"][
+        "objects"] == 6  # images 1-6, two objects each
 
 
 def test_measures_iou_boundary_f_and_left_out_annotations():
