@@ -171,7 +171,7 @@ def test_grabcut_points_seed_and_point_only_prompts():
         assert all(result.mask[int(y), int(x)] for x, y in inner)
         assert iou(result.mask, truth) > 0.6
         assert 0.0 <= result.score <= 1.0
-    assert segmenter.identity == f"grabcut/opencv-{cv2.__version__}/it3/c200-f400-fb0.6"
+    assert segmenter.identity == f"grabcut/opencv-{cv2.__version__}/it3/c200-f400-fb0.6-ctx0.4-band3"
 
 
 def test_grabcut_degenerate_boxes_give_empty_masks():
