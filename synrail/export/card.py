@@ -20,6 +20,7 @@ SHEET_CUTOUTS = 24  # cutouts per class on the gallery's contact sheet, spread o
 SHEET_COLUMNS = 6
 SHEET_TILE_PX = 160
 SHEET_CAPTION_PX = 34
+SHEET_GAP_PX = 6  # white between tiles, so that cutouts filling their tile stay apart
 CARD_PACKAGES = ("synrail", "numpy", "opencv-python-headless", "pycocotools", "pyarrow", "pydantic", "fsspec",
                  "prefect")
 
@@ -185,8 +186,8 @@ def _sheet_tile(rgba: np.ndarray, caption: Sequence[str]) -> np.ndarray:
     y0, x0 = (size - h) // 2, (size - w) // 2
     alpha = small[:, :, 3:4] / 255.0 if small.shape[2] == 4 else np.ones((h, w, 1))
     board[y0:y0 + h, x0:x0 + w] = alpha * small[:, :, :3] + (1 - alpha) * board[y0:y0 + h, x0:x0 + w]
-    tile = np.full((size + SHEET_CAPTION_PX, size, 3), 255, np.uint8)
-    tile[:size] = board.astype(np.uint8)
+    tile = np.full((size + SHEET_CAPTION_PX + SHEET_GAP_PX, size + SHEET_GAP_PX, 3), 255, np.uint8)
+    tile[:size, :size] = board.astype(np.uint8)
     for k, line in enumerate(caption):
         cv2.putText(tile, line, (3, size + 13 + 15 * k), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (20, 20, 20), 1, cv2.LINE_AA)
     return tile

@@ -7,6 +7,7 @@ import pytest
 from synrail.export.card import (
     SHEET_CAPTION_PX,
     SHEET_COLUMNS,
+    SHEET_GAP_PX,
     SHEET_TILE_PX,
     dataset_card,
     gallery_contact_sheets,
@@ -43,13 +44,14 @@ def test_contact_sheets_per_class_of_real_cutouts_only():
     sheets = gallery_contact_sheets(gallery, files.__getitem__, ["person", "animal", "vehicle"])
     assert list(sheets) == ["card/gallery_animal.png", "card/gallery_vehicle.png"]  # drawn persons: none
     animal = cv2.imdecode(np.frombuffer(sheets["card/gallery_animal.png"], np.uint8), cv2.IMREAD_COLOR)
-    tile_h = SHEET_TILE_PX + SHEET_CAPTION_PX
-    assert animal.shape == (2 * tile_h, SHEET_COLUMNS * SHEET_TILE_PX, 3)  # 8 cutouts: two rows of six
+    tile_h, tile_w = SHEET_TILE_PX + SHEET_CAPTION_PX + SHEET_GAP_PX, SHEET_TILE_PX + SHEET_GAP_PX
+    assert animal.shape == (2 * tile_h, SHEET_COLUMNS * tile_w, 3)  # 8 cutouts: two rows of six
     # the first tile shows the lowest-scoring cutout: its colour is in the middle of the tile
     assert tuple(animal[SHEET_TILE_PX // 2, SHEET_TILE_PX // 2]) == pytest.approx((40, 90, 160), abs=2)
     assert (animal[SHEET_TILE_PX:tile_h, :SHEET_TILE_PX] < 128).any()  # a caption is written under it
+    assert (animal[:SHEET_TILE_PX, SHEET_TILE_PX:tile_w] == 255).all()  # white between tiles
     vehicle = cv2.imdecode(np.frombuffer(sheets["card/gallery_vehicle.png"], np.uint8), cv2.IMREAD_COLOR)
-    assert vehicle.shape == (tile_h, SHEET_TILE_PX, 3)
+    assert vehicle.shape == (tile_h, tile_w, 3)
 
     section = gallery_section(gallery, list(sheets))
     assert "| animal | grabcut | 8 | 0.40 | 0.60 |" in section and "| vehicle | rgba | 1 | 1.00 | 1.00 |" in section
