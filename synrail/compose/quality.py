@@ -26,6 +26,8 @@ import cv2
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from synrail.compose.harmony_kernels import percentile_linear
+
 _EDGE_FLOOR = 4.0  # levels per pixel: below this a background's "strongest edge" is just flatness
 _EDGE_PERCENTILE = 95
 _RING_PX = (4, 24)  # ring width bounds around an obstacle, pixels
@@ -144,7 +146,7 @@ def boundary_score(image_bgr: np.ndarray, background_bgr: np.ndarray, site: _Sit
     if not seam.any():
         return 1.0
     seam_gradient = float(_gradient(image_bgr[site.rows, site.cols], seam).mean())
-    reference = max(float(np.percentile(_gradient(background_bgr[site.rows, site.cols]), _EDGE_PERCENTILE)),
+    reference = max(float(percentile_linear(_gradient(background_bgr[site.rows, site.cols]).ravel(), _EDGE_PERCENTILE)),
                     _EDGE_FLOOR)
     return 1.0 / (1.0 + max(0.0, seam_gradient / reference - 1.0))
 
@@ -157,7 +159,7 @@ def _pixels(image_bgr: np.ndarray, site: _Site, mask: np.ndarray) -> np.ndarray:
 
 
 def _mean_lab(pixels_bgr: np.ndarray) -> np.ndarray:
-    lab = cv2.cvtColor(pixels_bgr.reshape(-1, 1, 3).astype(np.float32) / 255.0, cv2.COLOR_BGR2Lab)
+    lab = cv2.cvtColor(pixels_bgr.reshape(1, -1, 3).astype(np.float32) / 255.0, cv2.COLOR_BGR2Lab)
     return lab.reshape(-1, 3).mean(axis=0)
 
 

@@ -166,9 +166,9 @@ def lift_gamma(img: np.ndarray, exponent: np.ndarray) -> np.ndarray:
 class SensorNoise(A.ImageOnlyTransform):
     """Additive Gaussian sensor noise, independent per pixel and channel, of ``std`` (a share of 255).
 
-    Normals come from an inverse-CDF table of 65,536 quantiles indexed by random 16-bit integers
-    (the tails are cut at 4.2 standard deviations), several times faster than drawing them; the
-    generator is the one albumentations seeds from the pipeline's seed.
+    Normals come from an inverse-CDF table of 256 quantiles indexed by the high byte of random 16-bit
+    integers (:func:`add_gaussian_noise`), several times faster than drawing them; the generator is the
+    one albumentations seeds from the pipeline's seed.
     """
 
     def __init__(self, std: float, p: float = 1.0):
@@ -188,15 +188,24 @@ class SensorNoise(A.ImageOnlyTransform):
         return add_gaussian_noise(img, self.std * 255, self.random_generator)
 
 
-def _gaussian_quantiles() -> np.ndarray:
-    return ndtri((np.arange(65536) + 0.5) / 65536).astype(np.float32)
+def _gaussian_quantiles(levels: int = 65536) -> np.ndarray:
+    return ndtri((np.arange(levels) + 0.5) / levels).astype(np.float32)
 
 
-_QUANTILES = _gaussian_quantiles()
+_BYTE_QUANTILES = _gaussian_quantiles(256)  # the middle of each 256th of the normal's probability
+_BYTE_QUANTILES /= _BYTE_QUANTILES.std()  # unit variance (the cut tails took 1 % of it)
 
 
 def add_gaussian_noise(img: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
     """``img`` (uint8) plus Gaussian noise of ``sigma`` grey levels, rounded and saturated.
+
+    The draws are the 16-bit integers of :func:`uniform_uint16` (the same generator state after), but
+    only their high byte picks the normal's quantile, from a table of 256 rounded to whole grey levels:
+    then two byte translations (the positive and the negative part) and two saturating adds replace a
+    gather of 2.7 million floats from a 65,536-entry table and a float add (~4.5 of ~6 ms at 1280x720).
+    Each pixel's noise is within its 256th of the normal of what the 16-bit table gave (at 1/40 of
+    sigma around the middle) and rounded, so a night image keeps its look (tests: below one grey level
+    of mean absolute difference); the tails are cut at 2.9 instead of 4.2 standard deviations.
 
     Args:
         img: the uint8 image.
@@ -206,8 +215,12 @@ def add_gaussian_noise(img: np.ndarray, sigma: float, rng: np.random.Generator) 
     Returns:
         The noisy uint8 image.
     """
-    noise = np.take(_QUANTILES * np.float32(sigma), uniform_uint16(rng, img.shape))
-    return cv2.add(img, noise, dtype=cv2.CV_8U)
+    levels = np.rint(_BYTE_QUANTILES * np.float32(sigma))
+    up = np.clip(levels, 0, 255).astype(np.uint8)
+    down = np.clip(-levels, 0, 255).astype(np.uint8)
+    draws = uniform_uint16(rng, img.shape)
+    high = cv2.extractChannel(draws.view(np.uint8).reshape(img.shape[0], -1, 2), 1).reshape(img.shape)  # little-endian
+    return cv2.subtract(cv2.add(img, translate(high, up)), translate(high, down))
 
 
 def uniform_uint16(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:

@@ -212,6 +212,28 @@ def test_sensor_noise_has_the_configured_spread_and_no_bias():
         assert abs(np.corrcoef(channels.T)[0, 1]) < 0.01  # independent per channel
 
 
+def test_sensor_noise_looks_like_the_former_16_bit_gather():
+    # the byte-table noise (issue 28) against the float gather it replaced, on the same draws: the
+    # same image within a fraction of a grey level, the same spread, the generator left where it was
+    from scipy.special import ndtri
+    from skimage.metrics import structural_similarity
+
+    from synrail.compose.weather import add_gaussian_noise
+
+    image = (scene_720p() * 0.35).astype(np.uint8)  # a night exposure
+    table = ndtri((np.arange(65536) + 0.5) / 65536).astype(np.float32)
+    for sigma in (0.015 * 255, 0.04 * 255):
+        before, after = np.random.default_rng(4), np.random.default_rng(4)
+        former = cv2.add(image, np.take(table * np.float32(sigma), uniform_uint16(before, image.shape)),
+                         dtype=cv2.CV_8U)
+        noisy = add_gaussian_noise(image, sigma, after)
+        assert before.bit_generator.state == after.bit_generator.state
+        assert np.abs(noisy.astype(int) - former).mean() < 0.1
+        assert structural_similarity(noisy, former, channel_axis=2) > 0.99
+        assert (noisy.astype(float) - image).std() == pytest.approx((former.astype(float) - image).std(), rel=0.02)
+        assert not np.array_equal(noisy, image)
+
+
 def scene_720p() -> np.ndarray:
     return cv2.resize(scene(), (1280, 720), interpolation=cv2.INTER_LINEAR)
 
