@@ -364,8 +364,11 @@ class ClipBackgrounds:
             ground += self._airlight
         clutter = _render_clutter(self.spec, self._mask, render_rng(self.spec.palette_seed, RenderStream.CLUTTER),
                                   pose)
-        image *= 1.0 - clutter[..., 3:] / np.float32(255)
-        image += clutter[..., :3] / np.float32(255)
+        rows = np.flatnonzero(clutter[..., 3].any(axis=1))  # clutter stands on a band of rows
+        if rows.size:
+            band = slice(int(rows[0]), int(rows[-1]) + 1)
+            image[band] *= 1.0 - clutter[band, :, 3:] / np.float32(255)
+            image[band] += clutter[band, :, :3] / np.float32(255)
         return self._finish(image, frame)
 
     def _finish(self, image: np.ndarray, frame: int) -> np.ndarray:
@@ -925,15 +928,26 @@ class _Painter:
         fogged = np.clip(lit * transmission + np.asarray(self.spec.fog_colour_bgr) * (1 - transmission), 0, 255)
         return (*(fogged * coverage).tolist(), 255.0 * coverage)
 
+    def final_colours(self, albedo: BGR, shades: np.ndarray, distance_m: np.ndarray | float,
+                      coverage: np.ndarray | float = 1.0) -> list[tuple[float, float, float, float]]:
+        """``final_colour`` for many shades at one or as many distances (the same arithmetic, element by element)."""
+        transmission = np.broadcast_to(self.spec.transmission(distance_m), np.shape(shades))
+        lit = np.asarray(albedo) * np.asarray(self.spec.illumination_bgr) * np.asarray(shades)[:, None] * 255
+        fog = np.asarray(self.spec.fog_colour_bgr)
+        fogged = np.clip(lit * transmission[..., None] + fog * (1 - transmission[..., None]), 0, 255)
+        cover = np.broadcast_to(np.asarray(coverage, dtype=np.float64), (lit.shape[0],))
+        return [(*row, 255.0 * c) for row, c in zip((fogged * cover[:, None]).tolist(), cover.tolist(), strict=True)]
+
     def draw(self, prop: _Prop, layer: np.ndarray | None = None) -> None:
         """Draws the prop (onto ``layer``, default the main one) unless part of it would land on
         the track area or behind the camera."""
         bounds = [shape.bounds() for shape in prop.shapes]
-        if any(not np.isfinite(b).all() for b in bounds) or any(self._touches_track(b) for b in bounds):
+        if any(not np.isfinite(b).all() for b in bounds) or any(self.touches_track(b) for b in bounds):
             return
         for shape in prop.shapes:
-            self._draw_shape(self.layer if layer is None else layer, shape, shape.colour)
-            self._draw_shape(self.leaves, shape, round(255 * shape.grain))
+            fixed = self._fixed(shape)
+            self._draw_shape(self.layer if layer is None else layer, shape, shape.colour, fixed)
+            self._draw_shape(self.leaves, shape, round(255 * shape.grain), fixed)
 
     def add_leaf_grain(self, rng: np.random.Generator) -> None:
         """Pixel-scale brightness grain on foliage, so crowns read as leaves, not flat discs.
@@ -948,7 +962,8 @@ class _Painter:
         factor = 1 + 0.35 * grain * (self.leaves[leafy] / np.float32(255))
         self.layer[leafy, :3] = np.clip(self.layer[leafy, :3] * factor[:, None], 0, 255).astype(np.uint8)
 
-    def _touches_track(self, bounds: tuple[float, float, float, float]) -> bool:
+    def touches_track(self, bounds: tuple[float, float, float, float]) -> bool:
+        """Whether a box (u0, v0, u1, v1) comes within ``_MARGIN`` pixels of the track area."""
         u0, v0 = max(0, math.floor(bounds[0]) - self._MARGIN), max(0, math.floor(bounds[1]) - self._MARGIN)
         u1 = min(self.g.width, math.ceil(bounds[2]) + self._MARGIN + 1)
         v1 = min(self.g.height, math.ceil(bounds[3]) + self._MARGIN + 1)
@@ -957,9 +972,13 @@ class _Painter:
         s = self._mask_sum
         return bool(s[v1, u1] - s[v0, u1] - s[v1, u0] + s[v0, u0] > 0)
 
-    def _draw_shape(self, target: np.ndarray, shape: _Shape, colour: tuple[float, ...] | int) -> None:
+    def _fixed(self, shape: _Shape) -> np.ndarray:
+        """The shape's points in OpenCV's fixed point (``_SHIFT`` fractional bits)."""
+        return np.round(np.clip(shape.points, -1e5, 1e5) * (1 << self._SHIFT)).astype(np.int32)
+
+    def _draw_shape(self, target: np.ndarray, shape: _Shape, colour: tuple[float, ...] | int,
+                    fixed: np.ndarray) -> None:
         scale = 1 << self._SHIFT
-        fixed = np.round(np.clip(shape.points, -1e5, 1e5) * scale).astype(np.int32)
         if shape.kind == "poly":
             cv2.fillConvexPoly(target, fixed, colour, cv2.LINE_AA, self._SHIFT)
         elif shape.kind == "ellipse":
@@ -990,8 +1009,7 @@ def _render_clutter(spec: BackgroundSpec, mask: np.ndarray, rng: np.random.Gener
         # OpenCV's anti-aliasing blends alpha too, so a faint sub-pixel wire drawn straight onto
         # opaque props would punch holes in them; draw the wires apart and composite them over.
         wires = np.zeros_like(painter.layer)
-        for segment in _wires(painter, mast_z):
-            painter.draw(segment, wires)
+        _draw_wires(painter, mast_z, wires)
         _composite_over(painter.layer, wires)
     painter.layer[mask] = 0
     return painter.layer
@@ -1100,14 +1118,14 @@ def _leafy_crown(painter: _Painter, x: float, y: float, z: float, radius: float,
     offsets = rng.uniform(-1, 1, (count, 2)) * np.array([0.65, 0.55])
     sizes = rng.uniform(0.3, 0.55, count)
     shades = 0.7 + 0.35 * offsets[:, 1] + 0.25 * painter.sun_side * offsets[:, 0] + rng.uniform(-0.1, 0.1, count)
+    colours = painter.final_colours(albedo, shades, distance)
+    grain = float(painter.spec.transmission(distance))
     shapes = []
     for order in np.argsort(shades):
         (dx, dy), size = offsets[order], sizes[order]
         clump_centre = centre + np.array([dx, -dy]) * radius * scale
         axes = np.array([1.15, 1.0]) * size * radius * scale
-        shapes.append(_Shape("ellipse", np.array([clump_centre, axes]),
-                             painter.final_colour(albedo, float(shades[order]), distance),
-                             grain=float(painter.spec.transmission(distance))))
+        shapes.append(_Shape("ellipse", np.array([clump_centre, axes]), colours[order], grain=grain))
     return shapes
 
 
@@ -1150,8 +1168,10 @@ def _line_thickness(painter: _Painter, x: float, y: float, z: float, width_m: fl
     return max(1, round(width_m * painter.pixels_per_m(x, y, z)))
 
 
-def _wires(painter: _Painter, mast_z: np.ndarray) -> list[_Prop]:
-    """Contact wire and messenger wire (sagging between masts) over the ego track, as segments."""
+def _draw_wires(painter: _Painter, mast_z: np.ndarray, layer: np.ndarray) -> None:
+    """Contact wire and messenger wire (sagging between masts) over the ego track, as segments
+    drawn onto ``layer``, each lit and fogged at its near end's distance; a segment that would touch
+    the track area is left out, as ``_Painter.draw`` leaves out props."""
     g = painter.g
     advance = painter.pose.advance_m if painter.pose else 0.0
     z = np.geomspace(1.0, g.track_max_z_m, 240) + advance  # from just ahead of the (moved) camera
@@ -1159,16 +1179,25 @@ def _wires(painter: _Painter, mast_z: np.ndarray) -> list[_Prop]:
     contact = np.full_like(z, CONTACT_WIRE_HEIGHT_M)
     messenger = MESSENGER_WIRE_HEIGHT_M - 0.8 * 4 * span_position * (1 - span_position)
     x = g.track_centre_x(z)
-    segments = []
+    scale = 1 << painter._SHIFT
     for wire_y in (contact, messenger):
-        distances = painter.distance_m(x, wire_y, z)  # every point of the wire at once
-        widths_px = 0.015 * painter.pixels_per_m(x, wire_y, z)
+        distances = painter.distance_m(x, wire_y, z)[:-1]  # every point of the wire at once
+        widths_px = 0.015 * painter.pixels_per_m(x, wire_y, z)[:-1]
         ends = painter.project(x, wire_y, z)
+        thickness = np.maximum(1, np.round(widths_px)).astype(int)
+        colours = painter.final_colours((0.08, 0.08, 0.09), np.ones(distances.size), distances,
+                                        np.minimum(1.0, widths_px))
+        start, stop = ends[:-1], ends[1:]
+        reach = thickness / 2
+        low = np.minimum(start, stop) - reach[:, None]
+        high = np.maximum(start, stop) + reach[:, None]
+        fixed = np.round(np.clip(ends, -1e5, 1e5) * scale).astype(np.int32)
         for i in range(z.size - 1):
-            distance, width_px = float(distances[i]), float(widths_px[i])
-            colour = painter.final_colour((0.08, 0.08, 0.09), 1.0, distance, min(1.0, width_px))
-            segments.append(_Prop(distance, [_Shape("line", ends[i:i + 2], colour, max(1, round(width_px)))]))
-    return segments
+            bounds = (low[i, 0], low[i, 1], high[i, 0], high[i, 1])
+            if not np.isfinite(bounds).all() or painter.touches_track(bounds):
+                continue
+            cv2.line(layer, (int(fixed[i, 0]), int(fixed[i, 1])), (int(fixed[i + 1, 0]), int(fixed[i + 1, 1])),
+                     colours[i], int(thickness[i]), cv2.LINE_AA, painter._SHIFT)
 
 
 # -- camera finish -------------------------------------------------------------------------------
