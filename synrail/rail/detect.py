@@ -79,6 +79,9 @@ _MIN_SUPPORT = 0.5           # share of rows in a new band where both rails must
 # curves, so the candidate search allows ``_CHORD_SLACK`` more.
 MAX_LATERAL_GAPS = 1.0
 _CHORD_SLACK = 0.15
+# A sequence's camera keeps its offset from its track (the vehicle sways a few centimetres): a
+# pair within this many gaps of the offset its clear frames showed is under that camera.
+_MOUNT_TOLERANCE = 0.2
 # Most cab cameras sit within half a metre of the vehicle's centre line, where the ego centre
 # lies within this share of the gap from the image centre on the bottom row (a curve or yaw
 # moves it by a tenth of a gap at most; chords allow 0.5). Pairs that centred are tried first;
@@ -267,7 +270,8 @@ def _on_robust_line(rows: np.ndarray, x: np.ndarray, tolerance_px: float = 2.0) 
 
 def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_rows_fraction: float = 0.6,
                  bottom_ignore: float = 0.0, ignore_mask: np.ndarray | None = None,
-                 prior: TrackDetection | None = None, track_area: np.ndarray | None = None) -> TrackResult:
+                 prior: TrackDetection | None = None, track_area: np.ndarray | None = None,
+                 mount_offset: float | None = None) -> TrackResult:
     """Finds the ego track in a BGR (or grey) cab-view image.
 
     Pairs centred under the camera whose rails reach the bottom (or a hood) are taken as they are,
@@ -294,6 +298,10 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
         track_area: H x W probability (0-1) of the ego track area from a learned model
             (``synrail.rail.learned.TrackAreaModel.probability``), or None: then only centred
             pairs reaching the bottom (or a hood) are taken.
+        mount_offset: the camera's lateral offset from its track, in rail gaps (signed, as
+            ``lateral_offset`` gives it), that the frames of its sequence have shown; None when
+            not known. Pairs at that offset are looked for first, and need no second opinion:
+            the camera rides over its track.
 
     Returns:
         The detection, or None with the reason. Rails that end above the bottom are accepted
@@ -318,23 +326,23 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
         segments = _ridge_segments(grey, max(0, first_row), keep)
     except _NoTrack as failure:
         first_failure = failure
-    for centred_mount in (True, False) if segments is not None else ():
+    mounts = ([_Mount(offset=mount_offset)] if mount_offset is not None else []) + [_CENTRED, _ANYWHERE]
+    for mount in mounts if segments is not None else ():
         try:
-            candidates = _ego_pair_candidates(segments, width, visible, horizon_limits, centred_mount)
+            candidates = _ego_pair_candidates(segments, width, visible, horizon_limits, mount)
         except _NoTrack as failure:
             first_failure = first_failure or failure
             continue
         for model, seen_rows in candidates:
             try:
-                detection = _followed_pair(frame, model, seen_rows, horizon_limits, width, height, centred_mount,
-                                           area=area)
+                detection = _followed_pair(frame, model, seen_rows, horizon_limits, width, height, mount, area=area)
             except _NoTrack as failure:
                 first_failure = first_failure or failure
                 continue
             return TrackResult(detection)
     if area is not None and (proposal := _learned_proposal(area, horizon_limits)) is not None:
         try:
-            return TrackResult(_followed_pair(frame, *proposal, horizon_limits, width, height, centred_mount=False,
+            return TrackResult(_followed_pair(frame, *proposal, horizon_limits, width, height, _ANYWHERE,
                                               from_prior=True, area=area))
         except _NoTrack as failure:
             first_failure = first_failure or failure
@@ -342,14 +350,15 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
 
 
 def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int], horizon_limits: tuple[float, float],
-                   width: int, height: int, centred_mount: bool, from_prior: bool = False,
+                   width: int, height: int, mount: _Mount, from_prior: bool = False,
                    area: np.ndarray | None = None, vetted: bool = False) -> TrackDetection:
     """The track a candidate pair leads to, once followed and vetted; ``_NoTrack`` with the reason
-    when it is none (or, with ``centred_mount``, not under a camera on the vehicle's centre line).
+    when it is none, or not under a camera mounted as ``mount`` says.
 
     A finding beyond a centred pair reaching the bottom needs a second opinion: the learned
-    ``area`` (boolean, the visible rows) must agree with it (``_agrees_with_area``), unless the
-    caller ``vetted`` it already (a sequence's previous frame led to it).
+    ``area`` (boolean, the visible rows) must agree with it (``_area_verdict``), unless the caller
+    ``vetted`` it already (a sequence's previous frame led to it) or it lies at the offset the
+    sequence's camera is known to have.
     """
     model, samples, top_row, bottom_row, near_only = _track_rails(frame, model, seen_rows, horizon_limits,
                                                                   from_prior)
@@ -357,9 +366,7 @@ def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
     if confidence < _MIN_SUPPORT:
         # The refits drifted: the final model explains too few of the rows it grew on.
         raise _NoTrack(PAIR_NOT_SUPPORTED)
-    off = (_off_centre(model, bottom_row, width) > MAX_OFF_CENTRE if centred_mount
-           else _lateral_offset(model) > MAX_LATERAL_GAPS)
-    if off:
+    if not mount.holds(model, bottom_row, width):
         raise _NoTrack(PAIR_OFF_CENTRE)
     if _rail_inside(frame, model, top_row, bottom_row):
         raise _NoTrack(RAIL_INSIDE_PAIR)
@@ -367,7 +374,7 @@ def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
     if vetted:
         return detection
     verdict = _area_verdict(detection, area)
-    if (near_only or not centred_mount) and verdict != _AGREES:
+    if (near_only or not mount.settles) and verdict != _AGREES:
         raise _NoTrack(RAILS_NOT_AT_BOTTOM if near_only else PAIR_OFF_CENTRE)
     if verdict == _ELSEWHERE:
         raise _NoTrack(NOT_THE_LEARNED_TRACK)
@@ -445,7 +452,7 @@ def _follow_prior(frame: _Frame, prior: TrackDetection, horizon_limits: tuple[fl
         return None
     try:
         detection = _followed_pair(frame, model, (low, bottom), horizon_limits, width, height,
-                                   centred_mount=False, from_prior=True, vetted=True)
+                                   _ANYWHERE, from_prior=True, vetted=True)
     except _NoTrack:
         return None
     return dataclasses.replace(detection, followed=True)
@@ -465,6 +472,56 @@ def _lateral_offset(model: _PairModel) -> float:
     the curve (the ``c / t`` term) and the camera's yaw (which moves ``a``) are.
     """
     return abs(model.b) / (2 * model.d)
+
+
+def lateral_offset(detection: TrackDetection) -> float:
+    """The track centre's offset from the camera, in rail gaps, signed (positive: the track lies
+    to the camera's right): ``b / 2d`` of the detection's rail fits (``_lateral_offset``).
+
+    Args:
+        detection: a found track.
+
+    Returns:
+        The offset; a camera rides over its track within ``MAX_LATERAL_GAPS`` of it.
+    """
+    left, right = detection.left_fit, detection.right_fit
+    return (left.b + right.b) / (2 * (right.b - left.b))
+
+
+@dataclass(frozen=True)
+class _Mount:
+    """Where the camera may sit across the cab, for one search: on the vehicle's centre line
+    (``centred``), anywhere the cab permits, or at a sequence's known ``offset`` (rail gaps)."""
+
+    centred: bool = False
+    offset: float | None = None
+
+    @property
+    def settles(self) -> bool:
+        """Whether a pair under such a camera is the ego track on the lines' word alone."""
+        return self.centred or self.offset is not None
+
+    def off(self, centre_slope: np.ndarray, gap_slope: np.ndarray, bottom_off_centre: np.ndarray
+            ) -> tuple[np.ndarray, float]:
+        """How far candidate pairs lie from where this mount puts the ego track, and the limit (Hough
+        chords cut curves, so the limits allow more than the fitted pair's)."""
+        if self.centred:
+            return bottom_off_centre, _CENTRED_CHORDS
+        lateral = centre_slope / gap_slope
+        if self.offset is None:
+            return np.abs(lateral), MAX_LATERAL_GAPS + _CHORD_SLACK
+        return np.abs(lateral - self.offset), _MOUNT_TOLERANCE + _CHORD_SLACK
+
+    def holds(self, model: _PairModel, bottom_row: int, width: int) -> bool:
+        """Whether a fitted pair lies where this mount puts the ego track."""
+        if self.centred:
+            return _off_centre(model, bottom_row, width) <= MAX_OFF_CENTRE
+        if self.offset is None:
+            return _lateral_offset(model) <= MAX_LATERAL_GAPS
+        return abs(model.b / (2 * model.d) - self.offset) <= _MOUNT_TOLERANCE
+
+
+_CENTRED, _ANYWHERE = _Mount(centred=True), _Mount()
 
 
 def _rail_inside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: int) -> bool:
@@ -718,7 +775,7 @@ def _hough_lines(ridge: np.ndarray, height: int) -> np.ndarray | None:
 
 
 def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_limits: tuple[float, float],
-                         centred_mount: bool = True) -> list[tuple[_PairModel, tuple[int, int]]]:
+                         mount: _Mount = _CENTRED) -> list[tuple[_PairModel, tuple[int, int]]]:
     """Segment pairs that can be the ego track's two rails, most likely first, each with the
     rows both segments cover (where the pair's straight lines are right even on a curve).
 
@@ -726,8 +783,9 @@ def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_l
     inside a neighbour track's rails, slab edges, fastener rows and bed edges, all of which can
     pair with one of them.
 
-    With ``centred_mount`` the pair's centre must lie near the image centre (a camera on the
-    vehicle's centre line); without, the camera may sit anywhere across the cab (``MAX_LATERAL_GAPS``).
+    The ``mount`` says where the pair may lie: its centre near the image centre (a camera on the
+    vehicle's centre line), anywhere a camera in the cab sees its track (``MAX_LATERAL_GAPS``), or
+    at a sequence's known offset.
 
     Rows of the pair matrix are left-rail candidates, columns right-rail ones. Both rails may
     lean the same way (a tight curve seen through a narrow lens), so sides come from where the
@@ -741,14 +799,12 @@ def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_l
         gap_slope = mr - ml  # below their meeting point the gap grows by this per row
         vp_v = (ql - qr) / gap_slope
         vp_u = ml * vp_v + ql
-        if centred_mount:  # the pair's centre from the image centre on the bottom row, in gaps
-            bottom_mid = vp_u + 0.5 * (ml + mr) * (bottom - vp_v)
-            off = np.abs(bottom_mid - (width - 1) / 2) / (gap_slope * (bottom - vp_v))
-            off_limit, off_weight = _CENTRED_CHORDS, 1.0
-        else:  # the camera's offset from the pair's centre line, in gaps (``_lateral_offset``)
-            off = np.abs(0.5 * (ml + mr)) / gap_slope
-            off_limit = MAX_LATERAL_GAPS + _CHORD_SLACK
-            off_weight = 0.5 / off_limit  # a pair at the limit weighs half one under the camera
+        bottom_mid = vp_u + 0.5 * (ml + mr) * (bottom - vp_v)
+        off, off_limit = mount.off(0.5 * (ml + mr), gap_slope,
+                                   np.abs(bottom_mid - (width - 1) / 2) / (gap_slope * (bottom - vp_v)))
+        # Support favours pairs where the mount puts the track; off the centre line, a pair at the
+        # limit weighs half one under the camera.
+        off_weight = 1.0 if mount.centred else 0.5 / off_limit
         # Tangents of both rails at the same rows meet on the horizon even on a curve; tangents
         # at far apart rows of a curve would not.
         overlap = np.minimum(high[:, None], high[None, :]) - np.maximum(low[:, None], low[None, :])

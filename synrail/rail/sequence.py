@@ -31,6 +31,7 @@ from synrail.rail.detect import (
     TrackDetection,
     TrackResult,
     detect_track,
+    lateral_offset,
     object_between_rails,
     rail_pair_rows,
     track_occluded,
@@ -42,6 +43,10 @@ from synrail.rail.sleepers import FocalEstimate, SleeperProfile, focal_from_prof
 
 HFOV_GIVEN, HFOV_SLEEPERS, HFOV_FALLBACK = "given", "sleepers", "fallback"
 _DISAGREEMENT = 0.15  # a given hfov this far (relative focal) from a sleeper estimate is warned about
+# A camera's offset from its track is its mount's: known once this many frames found the track at
+# offsets this close (median absolute deviation, rail gaps; sway and curves move it a few cm), over
+# the last ``MOUNT_WINDOW`` frames found.
+MOUNT_FRAMES, MOUNT_SPREAD, MOUNT_WINDOW = 3, 0.08, 25
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,10 @@ class RailFollower:
     track the sequence showed is the prior: the camera rides over its track, so the near rails
     sit where they sat (its mount's offset and its horizon are what the sequence taught it).
     With a ``track_model``, each frame's learned ego-track area is the finder's second opinion
-    (``detect_track``'s ``track_area``). A frame where both rails vanish over a
+    (``detect_track``'s ``track_area``). Once ``MOUNT_FRAMES`` frames have shown the camera at
+    the same lateral offset from its track (within ``MOUNT_SPREAD`` gaps), that offset is the
+    camera's mount: later frames look for the pair there first, and such a pair needs no second
+    opinion (``detect_track``'s ``mount_offset``). A frame where both rails vanish over a
     stretch of the rows where the last clear frame showed them, or where something stands
     between them (``object_between_rails``; that needs no earlier frame), is refused with
     ``TRACK_OCCLUDED``: something stands on the track. Its fit still seeds the next frame, but
@@ -95,6 +103,7 @@ class RailFollower:
         self._anchor: TrackDetection | None = None  # the last track this sequence showed
         self._expected: np.ndarray | None = None  # rows where the last clear frame showed the rails
         self._track_model = track_model
+        self._offsets: list[float] = []  # lateral offsets of the tracks found, in rail gaps
 
     def detect(self, image_bgr: np.ndarray, *, hfov_deg: float | None = None,
                ignore_mask: np.ndarray | None = None) -> TrackResult:
@@ -110,18 +119,29 @@ class RailFollower:
         """
         area = None if self._track_model is None else self._track_model.probability(image_bgr)
         result = detect_track(image_bgr, hfov_deg=hfov_deg, ignore_mask=ignore_mask,
-                              prior=self._prior or self._anchor, track_area=area)
+                              prior=self._prior or self._anchor, track_area=area, mount_offset=self.mount_offset)
         detection = result.detection
         if detection is None:
             self._prior = self._expected = None
             return result
         self._prior = self._anchor = detection
+        self._offsets.append(lateral_offset(detection))
         if object_between_rails(image_bgr, detection, ignore_mask=ignore_mask) or (
                 self._expected is not None and track_occluded(image_bgr, detection, self._expected,
                                                               ignore_mask=ignore_mask)):
             return TrackResult(None, TRACK_OCCLUDED)
         self._expected = rail_pair_rows(image_bgr, detection, ignore_mask=ignore_mask)
         return result
+
+    @property
+    def mount_offset(self) -> float | None:
+        """The camera's lateral offset from its track (rail gaps, signed) its frames agree on, or
+        None before ``MOUNT_FRAMES`` of them do (their median absolute deviation within ``MOUNT_SPREAD``)."""
+        if len(self._offsets) < MOUNT_FRAMES:
+            return None
+        recent = np.array(self._offsets[-MOUNT_WINDOW:])
+        median = float(np.median(recent))
+        return median if float(np.median(np.abs(recent - median))) <= MOUNT_SPREAD else None
 
 
 def frame_evidence(prepared: PreparedFrame, detection: TrackDetection, settings: CameraSettings) -> FrameEvidence:

@@ -113,3 +113,43 @@ def test_a_sequence_remembers_its_track_across_frames_without_one() -> None:
     assert first.detection is not None and dark.detection is None
     assert after.detection is not None and after.detection.followed
     assert iou_with_truth(truth, after.detection) > 0.95
+
+
+def true_offset_gaps(spec: BackgroundSpec) -> float:
+    """The track centre's offset from the camera in rail gaps (rail-head centres apart)."""
+    geometry = spec.geometry
+    return geometry.track_offset_m / (geometry.gauge_m + geometry.rail_head_m)
+
+
+@pytest.mark.parametrize("seed, offset_m", [(0, 1.2), (1, -1.2)])
+def test_a_known_mount_settles_a_pair_at_its_offset(seed: int, offset_m: float) -> None:
+    spec, image, truth = scene(seed, offset_m)
+    offset = true_offset_gaps(spec)
+    result = detect_track(image, mount_offset=offset)
+    assert result.detection is not None, result.reason
+    assert iou_with_truth(truth, result.detection) > 0.95
+    assert abs(detect.lateral_offset(result.detection) - offset) < 0.05
+    assert detect_track(image, mount_offset=-offset).detection is None  # a mount on the other side sees no track
+
+
+class OracleModel:
+    """Stands in for the learned model: the scene's exact area, for the first ``frames`` calls."""
+
+    def __init__(self, truth: np.ndarray, frames: int) -> None:
+        self.truth, self.frames = truth.astype(np.float32), frames
+
+    def probability(self, image: np.ndarray) -> np.ndarray:
+        self.frames -= 1
+        return self.truth if self.frames >= 0 else np.zeros_like(self.truth)
+
+
+def test_a_sequence_learns_its_cameras_mount_from_the_frames_it_is_sure_of() -> None:
+    spec, image, truth = scene(0, 1.2)
+    follower = RailFollower(OracleModel(truth, frames=3))
+    assert follower.mount_offset is None
+    results = [follower.detect(image) for _ in range(3)]
+    assert all(r.detection is not None for r in results)
+    assert abs(follower.mount_offset - true_offset_gaps(spec)) < 0.05
+    follower.detect(np.zeros_like(image))  # no track: the prior is dropped, the mount stays
+    after = follower.detect(image)  # and the model has no opinion any more
+    assert after.detection is not None and iou_with_truth(truth, after.detection) > 0.95
