@@ -1025,20 +1025,22 @@ def _composite_over(base: np.ndarray, top: np.ndarray) -> None:
 def _draw_treeline(painter: _Painter, rng: np.random.Generator) -> None:
     """A distant forest edge at constant Z, its canopy a row of round crowns with clearings."""
     g, spec = painter.g, painter.spec
-    depth = spec.treeline_distance_m - (painter.pose.advance_m if painter.pose else 0.0)  # far: the turn is ignored
+    # Its random draws follow the first frame's view, so that a clip's later frames draw the same
+    # treeline, and the same props after it, from the same stream; a moved camera sees it nearer.
+    first_depth = spec.treeline_distance_m
+    depth = first_depth - (painter.pose.advance_m if painter.pose else 0.0)  # far: the turn is ignored
+    heights = _treeline_heights(g.width, g.focal_px / first_depth, rng)
+    first, last, _, _ = _treeline_rows(g, heights, first_depth, float(g.project(0.0, 0.0, first_depth)[1]))
+    if first >= last:
+        return
+    texture = rng.uniform(0.75, 1.05, (max(1, (last - first) // 2), max(1, g.width // 2)))
     foot_v = float(painter.project(0.0, 0.0, depth)[1])
-    heights = _treeline_heights(g.width, g.focal_px / depth, rng)
-    s, c = math.sin(g.pitch_rad), math.cos(g.pitch_rad)
-    rise = heights - g.height_m
-    top_v = g.cy + g.focal_px * (-rise * c - depth * s) / (-rise * s + depth * c)
-    first = max(0, math.floor(top_v.min()))
-    last = min(g.height, math.ceil(foot_v) + 1)
+    first, last, top_v, foot_v = _treeline_rows(g, heights, depth, foot_v)
     if first >= last:
         return
     rows = np.arange(first, last, dtype=np.float64)[:, None]
     cover = np.clip(rows - top_v[None, :] + 0.5, 0, 1) * np.clip(foot_v - rows + 0.5, 0, 1)
-    texture = cv2.resize(rng.uniform(0.75, 1.05, (max(1, (last - first) // 2), max(1, g.width // 2))),
-                         (g.width, last - first), interpolation=cv2.INTER_LINEAR)
+    texture = cv2.resize(texture, (g.width, last - first), interpolation=cv2.INTER_LINEAR)
     lit = np.asarray(spec.foliage_albedo_bgr) * 0.7 * np.asarray(spec.illumination_bgr) * 255
     azimuth = np.arctan((np.arange(g.width) - g.cx) / g.focal_px)
     transmission = spec.transmission(depth / np.cos(azimuth))[None, :, None]
@@ -1046,6 +1048,15 @@ def _draw_treeline(painter: _Painter, rng: np.random.Generator) -> None:
     region = painter.layer[first:last]
     region[..., :3] = np.clip(colour * cover[..., None], 0, 255).astype(np.uint8)
     region[..., 3] = np.round(cover * 255).astype(np.uint8)
+
+
+def _treeline_rows(g: CameraGeometry, heights: np.ndarray, depth: float, foot_v: float
+                   ) -> tuple[int, int, np.ndarray, float]:
+    """First and stop row of a treeline ``depth`` metres ahead, its canopy row per column, its foot row."""
+    s, c = math.sin(g.pitch_rad), math.cos(g.pitch_rad)
+    rise = heights - g.height_m
+    top_v = g.cy + g.focal_px * (-rise * c - depth * s) / (-rise * s + depth * c)
+    return max(0, math.floor(top_v.min())), min(g.height, math.ceil(foot_v) + 1), top_v, foot_v
 
 
 def _treeline_heights(width: int, pixels_per_m: float, rng: np.random.Generator) -> np.ndarray:

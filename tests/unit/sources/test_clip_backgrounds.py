@@ -93,3 +93,19 @@ def test_frames_are_deterministic_and_sensor_noise_differs_per_frame() -> None:
     other = ClipBackgrounds(spec, ADVANCE_M).render(pose, 5)
     difference = first.astype(np.int16) - other.astype(np.int16)
     assert 1.0 < difference.std() < 3.0 * 3  # the same scene, another noise draw
+
+
+def test_props_stay_put_behind_a_treeline_as_the_camera_moves() -> None:
+    """The treeline's draws do not depend on the camera's advance, so the trees and masts drawn after
+    it from the same stream are the same ones in every frame (they used to be re-drawn)."""
+    from synrail.randomness import RenderStream, render_rng
+    from synrail.sources import procedural_backgrounds as pb
+
+    spec = dataclasses.replace(scene(4, "ballasted", "normal", 0.001), treeline_distance_m=600.0)
+    mask = spec.geometry.track_mask()
+    states = []
+    for advance in (0.0, 1.7, 13.0, 29.0):
+        rng = render_rng(spec.palette_seed, RenderStream.CLUTTER)
+        pb._draw_treeline(pb._Painter(spec, mask, TrackPose.along(spec.geometry, advance)), rng)
+        states.append(rng.bit_generator.state["state"]["state"])
+    assert len(set(states)) == 1
