@@ -298,6 +298,7 @@ class ClipBackgrounds:
         """
         self.spec = spec
         self._noise: np.ndarray | None = None
+        self._clutter_cache: dict[str, np.ndarray] = {}
         self._falloff = np.ones(1, dtype=np.float32)
         g = spec.geometry
         self._first_row = min(g.height, max(0, math.floor(g.horizon_v()) + 1))
@@ -363,7 +364,7 @@ class ClipBackgrounds:
             ground *= self._transmission
             ground += self._airlight
         clutter = _render_clutter(self.spec, self._mask, render_rng(self.spec.palette_seed, RenderStream.CLUTTER),
-                                  pose)
+                                  pose, self._clutter_cache)
         rows = np.flatnonzero(clutter[..., 3].any(axis=1))  # clutter stands on a band of rows
         if rows.size:
             band = slice(int(rows[0]), int(rows[-1]) + 1)
@@ -888,8 +889,11 @@ class _Painter:
     _SHIFT = 4  # sub-pixel bits for OpenCV drawing
     _MARGIN = 2  # pixels kept between a prop and the track area (anti-aliasing spill)
 
-    def __init__(self, spec: BackgroundSpec, mask: np.ndarray, pose: TrackPose | None = None) -> None:
+    def __init__(self, spec: BackgroundSpec, mask: np.ndarray, pose: TrackPose | None = None,
+                 cache: dict[str, np.ndarray] | None = None) -> None:
         self.spec = spec
+        self._cache = {} if cache is None else cache  # pose-independent fields kept across a clip's frames
+        self._moved: dict[tuple[float, float], tuple[ArrayLike, ArrayLike]] = {}
         self.g = spec.geometry
         self.pose = pose if pose is not None and pose.advance_m != 0 else None
         self.layer = np.zeros((self.g.height, self.g.width, 4), dtype=np.uint8)
@@ -904,6 +908,11 @@ class _Painter:
         """A world ground position in the (possibly advanced) camera's frame."""
         if self.pose is None:
             return x, z
+        if np.ndim(x) == 0 and np.ndim(z) == 0:  # a prop's point is asked for its place, distance and scale
+            key = (float(x), float(z))
+            if key not in self._moved:
+                self._moved[key] = self.pose.to_camera(x, z)
+            return self._moved[key]
         return self.pose.to_camera(x, z)
 
     def project(self, x: ArrayLike, y: ArrayLike, z: ArrayLike) -> np.ndarray:
@@ -957,8 +966,12 @@ class _Painter:
         """
         leafy = self.leaves > 0
         h, w = leafy.shape
-        grain = cv2.resize(rng.standard_normal((h // 2 + 1, w // 2 + 1), dtype=np.float32), (w, h),
-                           interpolation=cv2.INTER_LINEAR)[leafy]
+        grain = self._cache.get("leaf_grain")
+        if grain is None:  # the same draw in every frame of a clip (the clutter stream is the frame's)
+            grain = cv2.resize(rng.standard_normal((h // 2 + 1, w // 2 + 1), dtype=np.float32), (w, h),
+                               interpolation=cv2.INTER_LINEAR)
+            self._cache["leaf_grain"] = grain
+        grain = grain[leafy]
         factor = 1 + 0.35 * grain * (self.leaves[leafy] / np.float32(255))
         self.layer[leafy, :3] = np.clip(self.layer[leafy, :3] * factor[:, None], 0, 255).astype(np.uint8)
 
@@ -991,12 +1004,13 @@ class _Painter:
 
 
 def _render_clutter(spec: BackgroundSpec, mask: np.ndarray, rng: np.random.Generator,
-                    pose: TrackPose | None = None) -> np.ndarray:
+                    pose: TrackPose | None = None, cache: dict[str, np.ndarray] | None = None) -> np.ndarray:
     """Premultiplied BGRA layer of everything standing on the ground, empty on the track area.
 
     Props are drawn where they stand in the world; with ``pose`` the camera has moved toward them
-    (those behind it are left out by ``_Painter.draw``)."""
-    painter = _Painter(spec, mask, pose)
+    (those behind it are left out by ``_Painter.draw``); ``cache`` keeps what every frame of a clip
+    draws alike (the leaf grain)."""
+    painter = _Painter(spec, mask, pose, cache)
     if spec.treeline_distance_m > 0:
         _draw_treeline(painter, rng)
     mast_z = np.arange(rng.uniform(4.0, 4.0 + spec.mast_spacing_m), spec.geometry.track_max_z_m,
@@ -1115,9 +1129,9 @@ def _plant(painter: _Painter, kind: str, x: float, z: float, height: float, albe
 
 def _upright_box(painter: _Painter, x: float, z: float, width: float, bottom: float, top: float,
                  albedo: BGR, shade: float, distance: float) -> _Shape:
-    corners = [painter.project(x + dx, y, z) for dx, y in
-               ((-width / 2, bottom), (width / 2, bottom), (width / 2, top), (-width / 2, top))]
-    return _Shape("poly", np.array(corners), painter.final_colour(albedo, shade, distance))
+    corners = painter.project(x + np.array([-width / 2, width / 2, width / 2, -width / 2]),
+                              np.array([bottom, bottom, top, top]), z)  # the four at once
+    return _Shape("poly", corners, painter.final_colour(albedo, shade, distance))
 
 
 def _leafy_crown(painter: _Painter, x: float, y: float, z: float, radius: float, albedo: BGR,
@@ -1149,8 +1163,8 @@ def _conifer_crown(painter: _Painter, x: float, z: float, height: float, albedo:
     for tier in range(tiers):
         bottom = height * (0.15 + 0.2 * tier)
         half = base_width / 2 * (1 - tier / (tiers + 0.5))
-        corners = [painter.project(x - half, bottom, z), painter.project(x + half, bottom, z),
-                   painter.project(x, min(height, bottom + height * 0.4), z)]
+        corners = painter.project(np.array([x - half, x + half, x]),
+                                  np.array([bottom, bottom, min(height, bottom + height * 0.4)]), z)
         shade = 0.7 + 0.08 * tier
         shapes.append(_Shape("poly", np.array(corners), painter.final_colour(albedo, shade * 0.85, distance),
                              grain=float(painter.spec.transmission(distance))))
@@ -1167,9 +1181,9 @@ def _masts(painter: _Painter, mast_z: np.ndarray) -> list[_Prop]:
         distance = painter.distance_m(x, 0.0, z)
         albedo = (0.36, 0.36, 0.35)
         pole = _upright_box(painter, x, z, 0.3, 0.0, 7.6, albedo, 1.0, distance)
-        arm = _Shape("line", np.array([painter.project(x, 6.4, z), painter.project(centre, 6.1, z)]),
+        arm = _Shape("line", painter.project(np.array([x, centre]), np.array([6.4, 6.1]), z),
                      painter.final_colour(albedo, 0.8, distance), _line_thickness(painter, x, 6.4, z, 0.08))
-        stay = _Shape("line", np.array([painter.project(x, 7.5, z), painter.project(centre, 6.15, z)]),
+        stay = _Shape("line", painter.project(np.array([x, centre]), np.array([7.5, 6.15]), z),
                       painter.final_colour(albedo, 0.8, distance), _line_thickness(painter, x, 7.5, z, 0.05))
         props.append(_Prop(distance, [pole, arm, stay]))
     return props
