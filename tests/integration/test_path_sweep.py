@@ -12,7 +12,6 @@ import os
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import cv2
 import numpy as np
 import pytest
 
+from flows import cli
 from flows.cli import main
 from synrail.config import load_config
 from synrail.path_check import NOT_PATHS, PATH_KEYS, configured_paths, path_problems, text_keys
@@ -119,6 +119,10 @@ def _make(tmp: Path, key: str, variant: str) -> Path:
     return path
 
 
+def _prefect_must_not_start(**_) -> None:
+    raise AssertionError("Prefect was configured before the bad path was named")
+
+
 def test_every_text_key_is_classified():
     keys = set(text_keys())
     assert not set(PATH_KEYS) & NOT_PATHS
@@ -129,7 +133,7 @@ def test_every_text_key_is_classified():
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("key", sorted(PATH_KEYS))
-def test_every_path_key_refuses_each_bad_kind_of_path(tmp_path, capsys, key, variant):
+def test_every_path_key_refuses_each_bad_kind_of_path(tmp_path, capsys, monkeypatch, key, variant):
     path = _make(tmp_path, key, variant)
     overrides = SETUPS[key](tmp_path, str(path))
     cfg = load_config(TINY, overrides)
@@ -144,9 +148,9 @@ def test_every_path_key_refuses_each_bad_kind_of_path(tmp_path, capsys, key, var
     args = ["build", "--config", TINY, "--out", str(tmp_path / "out"), "--no-progress"]
     for name, value in overrides.items():
         args += ["--set", f"{name}={json.dumps(value)}"]
-    started = time.perf_counter()
+    # Refused before any work: Prefect is never configured (timings live in benchmarks, not tests).
+    monkeypatch.setattr(cli, "configure_command_line", _prefect_must_not_start)
     assert main(args) == 2
-    assert time.perf_counter() - started < 3
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert err.startswith(f"error: {written}: ") and str(path) in err, err
@@ -154,8 +158,9 @@ def test_every_path_key_refuses_each_bad_kind_of_path(tmp_path, capsys, key, var
 
 
 @pytest.mark.parametrize("case", ["coco json", "pennfudan", "empty videos", "frames file", "dtd", "unreadable"])
-def test_the_issues_slips_are_named_in_one_line_within_three_seconds(tmp_path, case):
-    """Through the installed command (a fresh interpreter): one line, exit 2, no traceback, under 3 s."""
+def test_the_issues_slips_are_named_in_one_line_before_prefect_starts(tmp_path, case):
+    """Through the command line (a fresh interpreter): one line, exit 2, no traceback, and Prefect
+    never imported (the slip is named before any work: seconds, where it took 14-37 s)."""
     data = tmp_path / "data"
     data.mkdir()
     if case == "coco json":
@@ -183,18 +188,17 @@ def test_the_issues_slips_are_named_in_one_line_within_three_seconds(tmp_path, c
         weights.chmod(0)
         overrides = {"segment.checkpoint": str(weights)}
         expected = f"segment.checkpoint: {weights} cannot be read (permission denied)"
-    args = [sys.executable, "-m", "flows.cli", "build", "--config", TINY, "--out", str(tmp_path / "out")]
+    argv = ["build", "--config", TINY, "--out", str(tmp_path / "out")]
     for name, value in overrides.items():
-        args += ["--set", f"{name}={json.dumps(value)}"]
-    started = time.perf_counter()
-    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "COLUMNS": "80"})
-    seconds = time.perf_counter() - started
-    assert result.returncode == 2, result.stdout + result.stderr
+        argv += ["--set", f"{name}={json.dumps(value)}"]
+    script = ("import sys, flows.cli; code = flows.cli.main(sys.argv[1:]); "
+              "sys.exit(99 if 'prefect' in sys.modules else code)")
+    result = subprocess.run([sys.executable, "-c", script, *argv], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "COLUMNS": "80"})
+    assert result.returncode == 2, result.stdout + result.stderr  # 99: Prefect was imported
     lines = result.stderr.strip().splitlines()
     assert lines == [lines[0]] and lines[0].startswith(f"error: {expected}"), result.stderr
     assert "Traceback" not in result.stderr + result.stdout
-    assert seconds < 3, f"{seconds:.1f} s"
     assert not (tmp_path / "out").exists()
 
 
