@@ -234,6 +234,20 @@ def test_sensor_noise_looks_like_the_former_16_bit_gather():
         assert not np.array_equal(noisy, image)
 
 
+def test_weather_keeps_large_frame_buffers_in_the_heap(monkeypatch):
+    # glibc's mallopt takes both thresholds (the weather module calls it once, on import); switched
+    # off, nothing is set
+    import platform
+
+    from synrail.compose import weather
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt is glibc's")
+    assert weather.MALLOC_TUNED and weather.retain_large_buffers()
+    monkeypatch.setenv("SYNRAIL_MALLOC_TUNING", "0")
+    assert not weather.retain_large_buffers()
+
+
 def scene_720p() -> np.ndarray:
     return cv2.resize(scene(), (1280, 720), interpolation=cv2.INTER_LINEAR)
 
