@@ -342,9 +342,8 @@ def harmonize_placement(canvas: np.ndarray, obj: np.ndarray, p: Placement, harmo
     in_composite[inner] = mask
     colour_mask = mask[:, :, None]  # copyto with a broadcast mask: a boolean gather and scatter's bytes, faster
     np.copyto(composite[inner], obj, where=colour_mask)
-    harmonized = harmonizer.harmonize(composite, in_composite, object_height=p.mask.shape[0])
     out = obj.copy()
-    np.copyto(out, harmonized[inner], where=colour_mask)
+    out[mask] = harmonizer.harmonized_object(composite, in_composite, object_height=p.mask.shape[0])
     return out
 
 

@@ -88,6 +88,21 @@ class Harmonizer:
         """
         raise NotImplementedError
 
+    def harmonized_object(self, composite_bgr: np.ndarray, mask: np.ndarray,
+                          object_height: int | None = None) -> np.ndarray:
+        """The object's pixels of :meth:`harmonize`'s result, ``harmonize(...)[mask]``: what a caller
+        that pastes only the object takes back (backends that can skip the whole output say so).
+
+        Args:
+            composite_bgr: H x W x 3 uint8, the object already pasted.
+            mask: H x W bool, the object's pixels.
+            object_height: the whole object's height in pixels (default: the mask's).
+
+        Returns:
+            N x 3 uint8, one row per ``mask`` pixel in row-major order.
+        """
+        return self.harmonize(composite_bgr, mask, object_height)[mask]
+
     def harmonize_batch(self, composites: Sequence[np.ndarray], masks: Sequence[np.ndarray]) -> list[np.ndarray]:
         """``harmonize`` on each (composite, mask) pair.
 
@@ -119,16 +134,30 @@ class _RingStatistics(Harmonizer):
 
     def harmonize(self, composite_bgr: np.ndarray, mask: np.ndarray, object_height: int | None = None) -> np.ndarray:
         out = composite_bgr.copy()
+        corrected = self._corrected_window(composite_bgr, mask, object_height)
+        if corrected is not None:
+            window, object_mask, pixels = corrected
+            out[window][object_mask] = pixels
+        return out
+
+    def harmonized_object(self, composite_bgr: np.ndarray, mask: np.ndarray,
+                          object_height: int | None = None) -> np.ndarray:
+        # the corrected pixels themselves: no copy of the composite to scatter them into and gather back
+        corrected = self._corrected_window(composite_bgr, mask, object_height)
+        return composite_bgr[mask] if corrected is None else corrected[2]
+
+    def _corrected_window(self, composite_bgr: np.ndarray, mask: np.ndarray, object_height: int | None
+                          ) -> tuple[tuple[slice, slice], np.ndarray, np.ndarray] | None:
+        """(window, the object's mask in it, its corrected N x 3 pixels), or None when nothing changes."""
         if not mask.any():
-            return out
+            return None
         ring_px = self.ring_px or self._ring_px(mask, object_height)
         window = mask_window(mask, ring_px)
         image, object_mask = composite_bgr[window], mask[window]
         ring = self._ring_of(image, object_mask, ring_px)
         if len(ring) < _MIN_RING_PX:
-            return out
-        out[window][object_mask] = self._corrected_in(image, object_mask, ring)
-        return out
+            return None
+        return window, object_mask, self._corrected_in(image, object_mask, ring)
 
     def _ring_of(self, image: np.ndarray, object_mask: np.ndarray, ring_px: int) -> np.ndarray:
         """The M x 3 ring pixels the statistics are computed from."""

@@ -59,3 +59,22 @@ def test_colour_conversions_as_one_row_are_the_per_pixel_ones():
     float_lab = cv2.cvtColor(sample.reshape(-1, 1, 3).astype(np.float32) / 255.0, cv2.COLOR_BGR2Lab).reshape(-1, 3)
     assert np.array_equal(to_lab(sample), float_lab)
     assert np.array_equal(_mean_lab(sample), float_lab.mean(axis=0))
+
+
+def test_harmonized_object_is_the_object_of_the_harmonized_image():
+    # the paste takes back only the object's pixels: the ring backend hands them over without
+    # building the whole output; they must be exactly those of harmonize's output
+    from synrail.compose.harmonizers import GlobalLabHarmonizer, PoissonHarmonizer, RingHarmonizer
+
+    rng = np.random.default_rng(2)
+    image = cv2.GaussianBlur(rng.integers(0, 256, (120, 160, 3)).astype(np.uint8), (0, 0), 2.0)
+    mask = np.zeros((120, 160), dtype=bool)
+    cv2.ellipse(mask.view(np.uint8), (80, 70), (25, 40), 0, 0, 360, 1, -1)
+    image[mask] = (image[mask] * 0.5 + (10, 60, 140)).astype(np.uint8)  # a tinted, darker object
+    for harmonizer in (RingHarmonizer(), GlobalLabHarmonizer(), PoissonHarmonizer()):
+        expected = harmonizer.harmonize(image, mask, object_height=90)[mask]
+        assert np.array_equal(harmonizer.harmonized_object(image, mask, object_height=90), expected)
+        if isinstance(harmonizer, RingHarmonizer):
+            assert not np.array_equal(expected, image[mask])  # it does correct something
+    tiny = np.zeros_like(mask)
+    assert RingHarmonizer().harmonized_object(image, tiny).shape == (0, 3)
