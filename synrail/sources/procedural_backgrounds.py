@@ -277,7 +277,10 @@ class ClipBackgrounds:
     resampling in place of per-pixel analytic anti-aliasing).
     """
 
-    _MAX_TEXELS = 6_000_000  # per band: coarser spacing beyond this (a very long clip)
+    # Per band: a coarser spacing beyond these (a very long clip; a default one, 20 frames up to
+    # 80 km/h, stays near 1.3 million texels); cv2.remap takes sources under 32767 a side.
+    _MAX_TEXELS = 3_000_000
+    _MAX_SIDE = 32_000
     _INTERPOLATION = cv2.INTER_CUBIC
     _BAND_RATIO = 4.0  # a band spans rows whose footprint along the track grows up to this much
     _NOISE_SHIFT = 32  # the per-clip sensor noise is this much larger than a frame, either way
@@ -331,8 +334,8 @@ class ClipBackgrounds:
         along0 = float(along.min()) - 2 * along_step
         columns = int(math.ceil((float(lateral.max()) + 2 * lateral_step - lateral0) / lateral_step)) + 1
         rows = int(math.ceil((float(along.max()) + max_advance_m + 2 * along_step - along0) / along_step)) + 1
-        if columns * rows > self._MAX_TEXELS:
-            scale = math.sqrt(columns * rows / self._MAX_TEXELS)
+        if columns * rows > self._MAX_TEXELS or max(columns, rows) > self._MAX_SIDE:
+            scale = 1.01 * max(math.sqrt(columns * rows / self._MAX_TEXELS), max(columns, rows) / self._MAX_SIDE)
             return self._band(view, start, stop, lateral_step * scale, along_step * scale, max_advance_m)
         grid = _texture_view(self.spec, lateral0 + lateral_step * np.arange(columns),
                              along0 + along_step * np.arange(rows), lateral_step, along_step, max_advance_m / 2)

@@ -109,3 +109,10 @@ def test_props_stay_put_behind_a_treeline_as_the_camera_moves() -> None:
         pb._draw_treeline(pb._Painter(spec, mask, TrackPose.along(spec.geometry, advance)), rng)
         states.append(rng.bit_generator.state["state"]["state"])
     assert len(set(states)) == 1
+
+
+def test_a_very_long_clip_gets_coarser_textures_within_remap_limits() -> None:
+    spec = scene(5, "ballastless", "normal", 0.0, width=320, height=180)
+    clip = ClipBackgrounds(spec, 20_000.0)  # 1,000 frames at 72 km/h and 1 frame/s
+    image = clip.render(TrackPose.along(spec.geometry, 20_000.0), 999)
+    assert image.shape == (180, 320, 3) and image.std() > 1.0
