@@ -3,17 +3,23 @@
     python benchmarks/camera.py PATH [PATH ...] [--fps 2] [--max-frames 120] [--width 1280 --height 720]
                                 [--hfov DEG] [--gauge-mm 1435] [--sleeper-spacing 0.6]
                                 [--ignore-bottom 0.0] [--distortion k1 k2 p1 p2 [k3]] [--per-file]
+                                [--json OUT.json]
 
 Each PATH is a video (frames sampled at ``--fps``) or a folder of images (one sequence, sorted by
 name; ``--per-file`` makes every image its own sequence). Prints per sequence: frames with a track,
 the field of view (given, from the sleepers with its uncertainty, or the fallback), camera height,
 pitch and lateral offset shared by the frames, frames left out by reason, notes, and ms per frame.
-No ground truth is needed; use it to look at footage before a build.
+No ground truth is needed; use it to look at footage before a build. ``--json`` also writes the
+figures for the benchmark pages (``{"command", "date", "machine", "runs": {sequence: {group: {figure:
+value}}}}``, the shape docs/hooks.py's ``results:`` renders), groups ``camera`` and ``left out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import platform
 import sys
 import time
 from collections import Counter
@@ -62,7 +68,9 @@ def sequences(paths: list[Path], args: argparse.Namespace) -> Iterator[tuple[str
             yield path.name, list(video_frames(path, args.fps, args.max_frames))
 
 
-def solve(name: str, frames: list[np.ndarray], settings: CameraSettings, args: argparse.Namespace) -> None:
+def solve(name: str, frames: list[np.ndarray], settings: CameraSettings,
+          args: argparse.Namespace) -> dict[str, dict[str, float | int | str]]:
+    """Solves one sequence's camera, prints it and returns its figures by group."""
     start = time.perf_counter()
     evidence, reasons = [], Counter()
     for image in frames:
@@ -100,6 +108,17 @@ def solve(name: str, frames: list[np.ndarray], settings: CameraSettings, args: a
     for note in camera.notes:
         print(f"  note: {note}")
     print(f"  {ms:.0f} ms per frame")
+    figures: dict[str, float | int | str] = {
+        "frames": len(frames), "track found": len(evidence), "used": used, "hfov_deg": camera.hfov_deg,
+        "hfov_sigma_deg": camera.hfov_sigma_deg if camera.hfov_sigma_deg is not None else float("nan"),
+        "hfov_source": camera.hfov_source, "gauge_mm": settings.gauge_mm, "ms_per_frame": ms}
+    if cal is not None:
+        figures.update({"height_m": cal.height_m.value, "height_spread_m": cal.height_m.spread,
+                        "pitch_deg": camera.pitch_deg, "horizon_row": cal.horizon_v.value,
+                        "offset_m": cal.offset_m.value, "frames_agree": cal.frames})
+    if camera.notes:
+        figures["notes"] = "; ".join(camera.notes)
+    return {"camera": figures, "left out": dict(sorted(reasons.items()))}
 
 
 def main() -> None:
@@ -115,12 +134,17 @@ def main() -> None:
     parser.add_argument("--ignore-bottom", type=float, default=0.0)
     parser.add_argument("--distortion", type=float, nargs="*", default=())
     parser.add_argument("--per-file", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     settings = CameraSettings(hfov_deg=args.hfov, gauge_mm=args.gauge_mm, sleeper_spacing_m=args.sleeper_spacing,
                               ignore_bottom=args.ignore_bottom, distortion=tuple(args.distortion))
     cv2.setNumThreads(1)
+    figures = {"command": "python benchmarks/camera.py " + " ".join(sys.argv[1:]), "date": time.strftime("%Y-%m-%d"),
+               "machine": f"{platform.machine()}, {os.cpu_count()} cores, one thread", "runs": {}}
     for name, frames in sequences(args.paths, args):
-        solve(name, frames, settings, args)
+        figures["runs"][name] = solve(name, frames, settings, args)
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=1, default=float))
 
 
 if __name__ == "__main__":

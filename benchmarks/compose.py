@@ -1,7 +1,7 @@
 """Composition speed against the JPEG floor, and the Prefect flow's overhead over a plain loop.
 
     python benchmarks/compose.py [--compose-images 200] [--flow-images 1000] [--clip-frames 200]
-                                 [--harmonize NAME] [--clock cpu]
+                                 [--harmonize NAME] [--clock cpu] [--config FILE] [--json OUT.json]
 
 Prints, from one run:
 1. composition images/s on one core at 1280x720, 1-3 obstacles, harmonization on (the default
@@ -20,12 +20,18 @@ Prints, from one run:
 Composition and the floor are timed by wall time, or with --clock cpu by the process's CPU time.
 Targets (issue 2): composition >= 0.5x the floor; flow <= 1.10x the loop at 1,000 images.
 Target (issue 18): the default config >= 0.30x the floor.
+``--config`` times another config than configs/default.yaml (its image size, backgrounds, gallery,
+weather and quality). ``--json`` also writes the figures for the benchmark pages (``{"command",
+"date", "machine", "runs": {part: {group: {figure: value}}}}``, the shape docs/hooks.py's ``results:``
+renders), one run per part timed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import platform
 import sys
 import tempfile
 import time
@@ -88,11 +94,13 @@ def import_weather_effects() -> float:
     return clock() - started
 
 
-def composition_vs_floor(n: int, work: Path, harmonize: str | None) -> None:
+def composition_vs_floor(n: int, work: Path, harmonize: str | None, config: Path = ROOT / "configs/default.yaml",
+                         figures: dict | None = None) -> None:
+    """Prints composition images/s against the JPEG floor; fills ``figures`` (groups) when given."""
     # issue 2's measure: paste + harmonize; then the default config's realism effects (shadows, the
     # weather mix, quality control), timed the same way (issue 18's measure)
-    default = load_config(ROOT / "configs/default.yaml")
-    cfg = load_config(ROOT / "configs/default.yaml", {
+    default = load_config(config)
+    cfg = load_config(config, {
         "num_images": n, "compose.obstacles_per_image": [1, 3], "compose.shadow": None,
         "weather.mix": {"none": 1.0}, "quality": None,
         **({"compose.harmonize": None if harmonize == "none" else {"backend": harmonize}} if harmonize else {})})
@@ -137,12 +145,27 @@ def composition_vs_floor(n: int, work: Path, harmonize: str | None) -> None:
     print(f"  the default config / floor = {rate / floor_rate:.2f}  (target >= 0.30); as build chunks writing "
           f"files: {default_chunk_rate:.1f} images/s ({default_chunk_rate / floor_rate:.2f} of the floor); "
           f"importing the weather effects took {import_s:.1f} s once, before timing")
+    if figures is not None:
+        def group(rate: float) -> dict[str, float]:
+            return {"images/s": rate, "of the floor": rate / floor_rate}
+
+        figures.update({
+            "settings": {"image": f"{cfg.image.width}x{cfg.image.height}", "images": n, "harmonize": backend,
+                         "clock": "CPU time" if clock is time.process_time else "wall time",
+                         "weather import s": import_s},
+            "JPEG decode+encode floor": group(floor_rate),
+            "paste + harmonize, in memory": group(compose_rate),
+            "paste + harmonize, build chunks (warm)": group(chunk_rate),
+            "paste + harmonize, build chunks (cold)": group(cold_rate),
+            **{f"{name}, in memory": group(value) for name, value in effects.items()},
+            "the default config, build chunks": group(default_chunk_rate)})
 
 
 def clips_vs_stills(frames: int, work: Path, config: Path = ROOT / "configs/default.yaml",
-                    frames_per_clip: int = 20) -> tuple[float, float]:
+                    frames_per_clip: int = 20, figures: dict | None = None) -> tuple[float, float]:
     """Frames/s of approach clips against images/s of stills, same config and image size, as build
-    chunks writing JPEGs, labels and Parquet (one core); printed, and returned as (clips, stills)."""
+    chunks writing JPEGs, labels and Parquet (one core); printed, and returned as (clips, stills);
+    ``figures``, when given, is filled with them by group."""
     clips = max(1, frames // frames_per_clip)
     cfg = load_config(config, {
         "num_images": clips * frames_per_clip, "sequences.clips": clips, "sequences.frames_per_clip": frames_per_clip})
@@ -175,10 +198,21 @@ def clips_vs_stills(frames: int, work: Path, config: Path = ROOT / "configs/defa
           f"rendered backgrounds), of which {1000 * setup_s / frames_per_clip:.0f} ms is the clip's ground "
           f"textures ({1000 * setup_s:.0f} ms once per clip) spread over its frames; the analytic render of one "
           f"frame (render_background with the pose) takes {1000 * analytic_s:.0f} ms")
+    if figures is not None:
+        figures.update({
+            "settings": {"image": f"{cfg.image.width}x{cfg.image.height}", "config": cfg.name, "clips": clips,
+                         "frames per clip": frames_per_clip},
+            "clips": {"frames/s": clip_rate, "of the stills": clip_rate / stills_rate},
+            "stills, build chunks": {"frames/s": stills_rate, "of the stills": 1.0},
+            "clip frame's scene": {"ms": 1000 * render_s, "share of a frame": render_s * clip_rate,
+                                   "ground textures ms per frame": 1000 * setup_s / frames_per_clip},
+            "analytic render of one frame": {"ms": 1000 * analytic_s}})
     return clip_rate, stills_rate
 
 
-def flow_vs_loop(n: int, work: Path, cores: set[int]) -> None:
+def flow_vs_loop(n: int, work: Path, cores: set[int], config: Path = ROOT / "configs/default.yaml",
+                 figures: dict | None = None) -> None:
+    """Prints the build flow's wall time over a plain loop's; fills ``figures`` (groups) when given."""
     # one worker each, but the Prefect server process may use the other cores, as a real server would
     os.sched_setaffinity(0, cores)
     os.environ.setdefault("PREFECT_HOME", str(work / "prefect-home"))
@@ -189,7 +223,7 @@ def flow_vs_loop(n: int, work: Path, cores: set[int]) -> None:
 
     from flows.build_dataset import build_with_runner
 
-    cfg = load_config(ROOT / "configs/default.yaml", {"num_images": n, "execution.max_workers": 1})
+    cfg = load_config(config, {"num_images": n, "execution.max_workers": 1})
     started = time.perf_counter()
     build_in_process(cfg, str(work / "loop-out"))
     loop_s = time.perf_counter() - started
@@ -204,6 +238,12 @@ def flow_vs_loop(n: int, work: Path, cores: set[int]) -> None:
           f"(+ {server_s:.1f} s ephemeral server start, paid once per process)")
     print(f"  flow / loop = {flow_s / loop_s:.3f}  (target <= 1.10); with server start "
           f"{(flow_s + server_s) / loop_s:.3f}")
+    if figures is not None:
+        figures.update({"settings": {"images": n, "workers": 1},
+                        "plain library loop": {"s": loop_s, "of the loop": 1.0},
+                        "build flow": {"s": flow_s, "of the loop": flow_s / loop_s},
+                        "build flow with the server's start": {"s": flow_s + server_s,
+                                                               "of the loop": (flow_s + server_s) / loop_s}})
 
 
 def main() -> None:
@@ -217,17 +257,29 @@ def main() -> None:
                              "shared machine, wall time also counts other people's work)")
     parser.add_argument("--harmonize", choices=HARMONIZER_NAMES,
                         help="the backend composition is timed with (default: configs/default.yaml's)")
+    parser.add_argument("--config", type=Path, default=ROOT / "configs/default.yaml",
+                        help="the config timed (default: configs/default.yaml)")
+    parser.add_argument("--frames-per-clip", type=int, default=20, help="frames of each approach clip timed")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     global clock
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     cores = pin_to_one_core()
+    figures = {"command": "python benchmarks/compose.py " + " ".join(sys.argv[1:]), "date": time.strftime("%Y-%m-%d"),
+               "machine": f"{platform.machine()}, {len(cores)} cores, timed on one", "runs": {}}
+    runs = figures["runs"]
     with tempfile.TemporaryDirectory(prefix="synrail-bench-") as tmp:
         if args.compose_images:
-            composition_vs_floor(args.compose_images, Path(tmp), args.harmonize)
+            composition_vs_floor(args.compose_images, Path(tmp), args.harmonize, args.config,
+                                 runs.setdefault("composition against the JPEG floor", {}))
         if args.clip_frames:
-            clips_vs_stills(args.clip_frames, Path(tmp))
+            clips_vs_stills(args.clip_frames, Path(tmp), args.config, args.frames_per_clip,
+                            runs.setdefault("approach clips against stills", {}))
         if args.flow_images:
-            flow_vs_loop(args.flow_images, Path(tmp), cores)
+            flow_vs_loop(args.flow_images, Path(tmp), cores, args.config,
+                         runs.setdefault("build flow against a plain loop", {}))
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=1, default=float))
 
 
 if __name__ == "__main__":
