@@ -54,24 +54,15 @@ def test_an_off_centre_camera_is_found_where_the_learned_area_agrees(seed: int, 
     assert iou_with_truth(truth, result.detection) > 0.95
 
 
-def test_the_six_foot_between_two_tracks_is_refused_where_the_learned_area_sees_the_track() -> None:
+def test_the_six_foot_between_two_tracks_is_settled_by_the_sequences_mount() -> None:
     """A camera 1.2 m right of its track with a neighbour on the right: the ego's right rail and
-    the neighbour's left rail make a centred 'track' a lower camera would see. The learned area
-    vetoes it, and the off-centre search finds the ego track."""
-    _, image, truth = scene(2, -1.2)
+    the neighbour's left rail make a centred 'track' a lower camera would see, and a single still
+    cannot tell (a known limit). The mount its sequence has shown looks where the camera rides."""
+    spec, image, truth = scene(2, -1.2)
     wrong = detect_track(image).detection
     assert wrong is not None and iou_with_truth(truth, wrong) < 0.1
-    result = detect_track(image, track_area=truth.astype(np.float32))
+    result = detect_track(image, mount_offset=true_offset_gaps(spec))
     assert result.detection is not None and iou_with_truth(truth, result.detection) > 0.95
-
-
-def test_a_learned_area_elsewhere_vetoes_a_centred_pair() -> None:
-    _, image, truth = scene(0, 0.0)
-    assert iou_with_truth(truth, detect_track(image).detection) > 0.95
-    elsewhere = np.roll(truth, WIDTH // 3, axis=1)
-    elsewhere[:, :WIDTH // 3] = False
-    result = detect_track(image, track_area=elsewhere.astype(np.float32))
-    assert result.detection is None or iou_with_truth(truth, result.detection) < 0.1
 
 
 @pytest.mark.parametrize("seed", [0, 3])
@@ -153,3 +144,16 @@ def test_a_sequence_learns_its_cameras_mount_from_the_frames_it_is_sure_of() -> 
     follower.detect(np.zeros_like(image))  # no track: the prior is dropped, the mount stays
     after = follower.detect(image)  # and the model has no opinion any more
     assert after.detection is not None and iou_with_truth(truth, after.detection) > 0.95
+
+
+@pytest.mark.parametrize("seed, offset_m", [(0, 1.2), (1, -1.2), (5, 0.8)])
+def test_the_shipped_model_finds_an_off_centre_camera_s_track(seed: int, offset_m: float) -> None:
+    """The same scenes with the learned model SynRail ships instead of the exact area."""
+    from synrail.rail.learned import default_track_model
+
+    model = default_track_model()
+    assert model is not None
+    _, image, truth = scene(seed, offset_m)
+    result = detect_track(image, track_area=model.probability(image))
+    assert result.detection is not None, result.reason
+    assert iou_with_truth(truth, result.detection) > 0.95

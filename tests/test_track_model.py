@@ -1,0 +1,112 @@
+"""The learned ego-track-area model: its training script end to end, the shipped ONNX on unseen
+procedural frames (through OpenCV's DNN module), and inference without torch."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from synrail.rail.geometry import CameraGeometry
+from synrail.rail.learned import DEFAULT_MODEL, TrackAreaModel, default_track_model
+from synrail.sources.procedural_backgrounds import CONDITIONS, TRACK_TYPES, render_background, sample_background_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Scenes the shipped model never saw (training draws default_rng([seed, 1, index]) with seed 0).
+UNSEEN_SEED = 20251204
+HORIZON_MARGIN = 0.1  # rows from this share of the image height below the horizon down are scored
+MIN_IOU = 0.6
+
+
+def _unseen_scenes(width: int = 640, height: int = 360) -> list:
+    specs = []
+    for index in range(6):
+        rng = np.random.default_rng([UNSEEN_SEED, index])
+        spec = sample_background_spec(rng, width=width, height=height, track_types=TRACK_TYPES,
+                                      conditions={c: 1.0 for c in CONDITIONS}, camera_height_m=(1.8, 3.2),
+                                      pitch_deg=(1.0, 8.0), hfov_deg=(45.0, 90.0), max_curvature=0.004,
+                                      max_offset_m=0.5)
+        if index == 5:  # an off-centre cab camera: the track centre 1.2 m to the right
+            g = spec.geometry
+            spec = dataclasses.replace(spec, geometry=CameraGeometry.from_fov(
+                width, height, hfov_deg=70.0, height_m=g.height_m, pitch_deg=4.0, track_offset_m=1.2,
+                track_curvature=g.track_curvature))
+        specs.append(spec)
+    return specs
+
+
+def _scored_iou(prob: np.ndarray, geometry: CameraGeometry) -> float:
+    first = int(np.ceil(geometry.horizon_v() + HORIZON_MARGIN * geometry.height))
+    truth = geometry.track_mask()[first:]
+    pred = prob[first:] > 0.5
+    return float((truth & pred).sum() / max(1, (truth | pred).sum()))
+
+
+def test_training_script_runs_end_to_end_and_its_onnx_loads_in_opencv(tmp_path):
+    out = tmp_path / "models" / "tiny.onnx"
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "train_track_model.py"), "--out", str(out),
+                             "--renders", "8", "--epochs", "1", "--size", "64x36", "--threads", "1"],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    assert (sidecar["input_width"], sidecar["input_height"]) == (64, 36)
+    assert sidecar["renders"] == 8 and sidecar["epochs"] == 1 and sidecar["seed"] == 0
+    assert sidecar["synthetic_val_iou"] is not None and sidecar["cv2_vs_torch_max_abs_diff"] < 1e-3
+    net = cv2.dnn.readNetFromONNX(str(out))
+    net.setInput(np.zeros((1, 3, 36, 64), np.float32))
+    assert net.forward().shape == (1, 1, 36, 64)
+    model = TrackAreaModel(out)
+    prob = model.probability(np.full((90, 160, 3), 128, np.uint8))
+    assert prob.shape == (90, 160) and prob.dtype == np.float32
+    assert 0.0 <= prob.min() and prob.max() <= 1.0
+
+
+def test_shipped_model_finds_the_ego_track_on_unseen_procedural_frames():
+    model = default_track_model()
+    assert model is not None, f"{DEFAULT_MODEL} is missing"
+    assert DEFAULT_MODEL.stat().st_size < 4 * 2**20
+    ious = []
+    for spec in _unseen_scenes():
+        prob = model.probability(render_background(spec))
+        assert prob.shape == (spec.geometry.height, spec.geometry.width)
+        ious.append(_scored_iou(prob, spec.geometry))
+    assert min(ious) >= MIN_IOU, [round(v, 3) for v in ious]
+
+
+def test_learned_module_needs_no_torch(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys
+        sys.modules["torch"] = None  # any `import torch` now raises ImportError
+        import numpy as np
+        from synrail.rail.geometry import CameraGeometry
+        from synrail.sources.procedural_backgrounds import (
+            CONDITIONS, TRACK_TYPES, render_background, sample_background_spec)
+        from synrail.rail.learned import default_track_model
+        spec = sample_background_spec(np.random.default_rng([{UNSEEN_SEED}, 99]), width=320, height=180,
+                                      track_types=TRACK_TYPES, conditions={{c: 1.0 for c in CONDITIONS}},
+                                      camera_height_m=(2.0, 3.0), pitch_deg=(2.0, 6.0), hfov_deg=(50.0, 80.0),
+                                      max_curvature=0.002, max_offset_m=0.3)
+        prob = default_track_model().probability(render_background(spec))
+        assert prob.shape == (180, 320) and 0.0 <= prob.min() and prob.max() <= 1.0
+        truth = spec.geometry.track_mask()
+        print(float(prob[truth].mean()), float(prob[~truth].mean()))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    inside, outside = (float(v) for v in result.stdout.split())
+    assert inside > 0.5 > outside
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_probability_accepts_grey_and_colour_frames_of_any_size(channels):
+    model = default_track_model()
+    assert model is not None
+    shape = (123, 321) if channels == 1 else (123, 321, 3)
+    prob = model.probability(np.zeros(shape, np.uint8))
+    assert prob.shape == (123, 321)
