@@ -168,9 +168,11 @@ class FilterConfig(BaseModel):
     max_blur: float = Field(0.5, ge=0, le=1, description=(
         "frames whose blur effect (0 sharp - 1 flat, measured at 640 columns; ordinary cab frames 0.2-0.4) "
         "is above this are left out as blurred"))
-    min_mean_luma: float = Field(25, ge=0, le=255, description="mean luma of the frame's lower half (the ground)")
+    # Dusk and tunnel frames whose rails a person sees have a ground half at mean luma 15-30 with a
+    # third of it crushed black: only a ground with nothing left to see is underexposed.
+    min_mean_luma: float = Field(10, ge=0, le=255, description="mean luma of the frame's lower half (the ground)")
     max_mean_luma: float = Field(235, ge=0, le=255, description="mean luma of the frame's lower half (the ground)")
-    max_clipped_fraction: float = Field(0.35, ge=0, le=1, description=(
+    max_clipped_fraction: float = Field(0.6, ge=0, le=1, description=(
         "share of crushed-black or of clipped-white pixels allowed in the frame's lower half"))
     duplicate_hamming: int = Field(6, ge=0, le=64)  # phash distance at or under which frames are copies
     detector_weights: str | None = None  # a local weights file; without one no detector runs
