@@ -146,6 +146,8 @@ class Randomiser:
         rng = np.random.default_rng([self.seed, 2, epoch, index])
         image = self.images[index].copy()
         mask = self.masks[index].astype(np.float32)
+        if rng.random() < 0.5:
+            self._neighbours(image, mask, rng)
         if rng.random() < 0.3:
             self._distractor(image, mask, rng)
         if rng.random() < 0.45:
@@ -163,6 +165,39 @@ class Randomiser:
 
     def _other(self, rng: np.random.Generator, index_not: int = -1) -> int:
         return int(rng.integers(len(self.images)))
+
+    def _neighbours(self, image: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> None:
+        """Copies of the ego track beside it, in perspective, mask 0: the cue must be where, not what.
+
+        On a flat ground a lateral shift of D metres moves a row's pixels by D / W times the ego
+        area's width on that row (W its width in metres), so a parallel track at ~4.5 m spacing is
+        the ego band shifted by ~2.85 widths per row; curves are carried along row by row.
+        """
+        widths = mask.sum(axis=1)
+        rows = np.flatnonzero(widths >= 2)
+        if rows.size < 4:
+            return
+        h, w = self.height, self.width
+        cols = np.arange(w, dtype=np.float32)
+        centre = np.zeros(h, np.float32)
+        centre[rows] = (mask[rows] * cols).sum(axis=1) / widths[rows]
+        source = image.copy()
+        ego = cv2.dilate((mask > 0).astype(np.uint8), np.ones((3, 5), np.uint8)) > 0
+        sides = [[-1], [1], [-1, 1]][int(rng.integers(3))]
+        half_bed = np.float32(rng.uniform(0.9, 1.3)) * widths[rows]
+        for side in sides:
+            for order in range(1, int(rng.integers(1, 3)) + 1):
+                shift = side * order * rng.uniform(2.65, 3.1) * widths[rows]
+                map_x = np.broadcast_to(cols, (rows.size, w)) - shift[:, None]
+                map_y = np.broadcast_to(rows[:, None].astype(np.float32), (rows.size, w))
+                moved = cv2.remap(source, np.ascontiguousarray(map_x, dtype=np.float32),
+                                  np.ascontiguousarray(map_y, dtype=np.float32), cv2.INTER_LINEAR,
+                                  borderMode=cv2.BORDER_REFLECT_101)
+                band = np.abs(cols[None, :] - (centre[rows] + shift)[:, None]) <= half_bed[:, None]
+                band &= ~ego[rows]
+                target = image[rows]
+                target[band] = moved[band]
+                image[rows] = target
 
     def _distractor(self, image: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> None:
         """Another render's track (its area widened to a bed) pasted beside the ego track, mask 0."""
