@@ -136,8 +136,9 @@ def _photometric(width: int) -> A.Compose:
 class Randomiser:
     """Draws one randomised (image, target) from a cached render; deterministic per (seed, epoch, index)."""
 
-    def __init__(self, images: np.ndarray, masks: np.ndarray, seed: int) -> None:
+    def __init__(self, images: np.ndarray, masks: np.ndarray, seed: int, neighbour_copies: float = 0.0) -> None:
         self.images, self.masks, self.seed = images, masks, seed
+        self.neighbour_copies = neighbour_copies
         self.height, self.width = images.shape[1:3]
         self.photometric = _photometric(self.width)
 
@@ -146,7 +147,7 @@ class Randomiser:
         rng = np.random.default_rng([self.seed, 2, epoch, index])
         image = self.images[index].copy()
         mask = self.masks[index].astype(np.float32)
-        if rng.random() < 0.5:
+        if self.neighbour_copies and rng.random() < self.neighbour_copies:  # no draw when off: same stream
             self._neighbours(image, mask, rng)
         if rng.random() < 0.3:
             self._distractor(image, mask, rng)
@@ -543,6 +544,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--neighbour-copies", type=float, default=0.0,
+                        help="share of samples given perspective copies of the ego track beside it (0.5 gave real "
+                             "IoU 0.628 against 0.656 without, 18 epochs: off by default)")
     parser.add_argument("--cache", type=Path, default=None, help="folder for an npz of the renders")
     parser.add_argument("--workers", type=int, default=None, help="augmentation processes (default: 1 if threads > 1)")
     args = parser.parse_args(argv)
@@ -567,7 +571,7 @@ def main(argv: list[str] | None = None) -> dict:
     model = TrackAreaNet(height, width).to(args.device)
     params = sum(p.numel() for p in model.parameters())
     print(f"model: {params} parameters", flush=True)
-    dataset = _TrainSet(Randomiser(images, masks, args.seed), train_indices)
+    dataset = _TrainSet(Randomiser(images, masks, args.seed, args.neighbour_copies), train_indices)
     workers = args.workers if args.workers is not None else (1 if args.threads > 1 and len(train_indices) > 64 else 0)
     loader = torch.utils.data.DataLoader(
         dataset, batch_size=args.batch, shuffle=True, drop_last=len(train_indices) >= args.batch,
@@ -622,7 +626,7 @@ def main(argv: list[str] | None = None) -> dict:
         "input_width": width, "input_height": height,
         "input": "1x3xHxW float32 RGB in [0, 1] (image / 255), normalised inside the model",
         "output": "1x1xHxW logits of the ego track area (sigmoid -> probability)",
-        "seed": args.seed, "renders": args.renders, "epochs": args.epochs,
+        "seed": args.seed, "renders": args.renders, "neighbour_copies": args.neighbour_copies, "epochs": args.epochs,
         "epochs_done": len(history) - int(interrupted), "interrupted": interrupted, "parameters": params,
         "onnx_opset": ONNX_OPSET, "cv2_vs_torch_max_abs_diff": max_diff,
         "synthetic_val_iou": val_iou, "synthetic_val_frames": int(val_count),
