@@ -1,12 +1,12 @@
 """A build from a COCO-format folder with polygons and an RGBA folder: exact masks, provenance in
 manifest/gallery.parquet, one object per cutout, dogs pasted at dog heights, the card's height table."""
 
-import json
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pyarrow.parquet as pq
+from galleries import coco_dogs
 
 from synrail.config import load_config
 from synrail.export.validate import validate_dataset
@@ -17,28 +17,6 @@ from synrail.stages.local import build_in_process
 from synrail.storage.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
-DOG = [[60, 150], [70, 110], [130, 100], [150, 70], [175, 75], [170, 105], [165, 150], [150, 150], [145, 120],
-       [90, 125], [85, 150]]
-
-
-def coco_dogs(root: Path) -> Path:
-    """Two images, one dog each, outlined by a polygon (the second one boxes only)."""
-    (root / "images").mkdir(parents=True)
-    images, annotations = [], []
-    for k in (1, 2):
-        image = np.random.default_rng(k).integers(150, 230, (240, 320, 3), dtype=np.uint8)
-        cv2.fillPoly(image, [np.array(DOG, np.int32)], (40, 70, 110))
-        cv2.imwrite(str(root / "images" / f"{k}.jpg"), image)
-        images.append({"id": k, "file_name": f"{k}.jpg", "width": 320, "height": 240})
-        ann = {"id": k, "image_id": k, "category_id": 18, "bbox": [60, 70, 115, 80], "area": 6000, "iscrowd": 0}
-        if k == 1:
-            ann["segmentation"] = [[float(v) for point in DOG for v in point]]
-        annotations.append(ann)
-    (root / "instances.json").write_text(json.dumps({"images": images, "annotations": annotations,
-                                                     "categories": [{"id": 18, "name": "dog"}]}))
-    return root
-
-
 def two_cars(root: Path) -> Path:
     """One RGBA file holding two cars side by side (and a speck of dust)."""
     root.mkdir(parents=True)

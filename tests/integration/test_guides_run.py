@@ -17,7 +17,6 @@ videos page) instead of building it again. A guide page without a runnable block
 unless ``NOT_RUNNABLE`` lists it with the reason.
 """
 
-import json
 import os
 import re
 import subprocess
@@ -29,6 +28,7 @@ import cv2
 import numpy as np
 import pytest
 import yaml
+from galleries import coco_dogs, person_fixture
 from media import cab_frames, write_video_folder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,34 +90,8 @@ def write_inputs(data: Path) -> None:
         cv2.ellipse(rgba, (70, 45), (55, 28), 0, 0, 360, (40 + 50 * k, 60, 120, 255), -1)
         cv2.imwrite(str(data / "cutouts" / "cows" / f"cow{k}.png"), rgba)
 
-    fudan = data / "PennFudanPed"
-    (fudan / "PNGImages").mkdir(parents=True)
-    (fudan / "PedMasks").mkdir()
-    image = np.random.default_rng(0).integers(60, 120, (240, 320, 3), dtype=np.uint8)
-    mask = np.zeros((240, 320), np.uint8)
-    for value, x in [(1, 60), (2, 200)]:
-        cv2.ellipse(mask, (x, 120), (22, 70), 0, 0, 360, value, -1)
-        image[mask == value] = (40 * value, 90, 200)
-    cv2.imwrite(str(fudan / "PNGImages" / "FudanPed00001.png"), image)
-    cv2.imwrite(str(fudan / "PedMasks" / "FudanPed00001_mask.png"), mask)
-
-    coco = data / "coco"
-    (coco / "images").mkdir(parents=True)
-    dog = [[60, 150], [70, 110], [130, 100], [150, 70], [175, 75], [170, 105], [165, 150], [150, 150], [145, 120],
-           [90, 125], [85, 150]]
-    images, annotations = [], []
-    for k in (1, 2):
-        picture = np.random.default_rng(k).integers(150, 230, (240, 320, 3), dtype=np.uint8)
-        cv2.fillPoly(picture, [np.array(dog, np.int32)], (40, 70, 110))
-        cv2.imwrite(str(coco / "images" / f"{k}.jpg"), picture)
-        images.append({"id": k, "file_name": f"{k}.jpg", "width": 320, "height": 240})
-        annotation = {"id": k, "image_id": k, "category_id": 18, "bbox": [60, 70, 115, 80], "area": 6000,
-                      "iscrowd": 0}
-        if k == 1:  # the second dog has a box only: the segmenter cuts it
-            annotation["segmentation"] = [[float(v) for point in dog for v in point]]
-        annotations.append(annotation)
-    (coco / "instances.json").write_text(json.dumps({"images": images, "annotations": annotations,
-                                                     "categories": [{"id": 18, "name": "dog"}]}))
+    person_fixture(data / "PennFudanPed")
+    coco_dogs(data / "coco")
 
 
 def test_every_guide_page_has_a_runnable_block_or_a_reason():

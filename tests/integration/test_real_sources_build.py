@@ -8,6 +8,7 @@ import cv2
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from galleries import person_fixture
 from media import H, W, cab_frames, write_bomb_png, write_video, write_video_folder
 
 from synrail.config import load_config
@@ -23,20 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def video_folder(tmp_path_factory) -> Path:
     return write_video_folder(tmp_path_factory.mktemp("videos"))
-
-
-def person_fixture(root: Path) -> Path:
-    """A PennFudanPed folder: two pedestrians (instance ids 1, 2) in one image."""
-    (root / "PNGImages").mkdir(parents=True)
-    (root / "PedMasks").mkdir()
-    image = np.random.default_rng(0).integers(60, 120, (240, 320, 3), dtype=np.uint8)
-    mask = np.zeros((240, 320), np.uint8)
-    for value, x in [(1, 60), (2, 200)]:
-        cv2.ellipse(mask, (x, 120), (22, 70), 0, 0, 360, value, -1)
-        image[mask == value] = (40 * value, 90, 200)
-    cv2.imwrite(str(root / "PNGImages" / "FudanPed00001.png"), image)
-    cv2.imwrite(str(root / "PedMasks" / "FudanPed00001_mask.png"), mask)
-    return root
 
 
 def rgba_fixture(root: Path) -> Path:
