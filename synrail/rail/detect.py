@@ -73,7 +73,7 @@ _MIN_SUPPORT = 0.5           # share of rows in a new band where both rails must
 # corner): its lateral offset from the track centre is at most the half-width of the widest
 # vehicles (UIC loading gauge 3.15 m wide: 1.58 m, about one rail gap of 1.5 m). A neighbour
 # track's centre lies at least 3.5 m from the ego's, so at least 1.9 m (1.3 gaps) from such a
-# camera. The offset is read from the pair's own geometry (``_lateral_offset``), so a camera's
+# camera. The offset is read from the pair's own geometry (``_signed_offset``), so a camera's
 # yaw, which moves the whole track in the image, does not count against it. Hough chords cut
 # curves, so the candidate search allows ``_CHORD_SLACK`` more.
 MAX_LATERAL_GAPS = 1.0
@@ -96,8 +96,6 @@ _INSIDE_SUPPORT = 0.6
 _INSIDE_STRENGTH = 0.5      # ... standing out at least half as much as the pair's weaker rail
 _INSIDE_BINS = np.linspace(-1.05, 1.05, 169)  # positions across the pair, in half gaps from its centre
 _PRIOR_SEED_SHARE = 0.3      # a prior is followed from the lowest 30 % of the rows it covered
-# Occlusion (gap ratios, i.e. distance ratios): a run of rows without the rail pair counts inside
-# the range from this one on; at the top of the range (a shortened reach) from this one.
 # Rails followed down to where their gap is this share of the gap on the lowest row that shows
 # both are the near track, even where the last rows above the image's bottom cannot be measured.
 _NEAR_GAP_SHARE = 0.6
@@ -106,6 +104,8 @@ _NEAR_GAP_SHARE = 0.6
 # (on the rows it spans).
 # (0.5 and 0.7 measured on the even-numbered real frames: as many found, fewer wrong at 0.7.)
 LEARNED_AGREEMENT = 0.7
+# Occlusion (gap ratios, i.e. distance ratios): a run of rows without the rail pair counts inside
+# the range from this one on; at the top of the range (a shortened reach) from this one.
 _OCCLUSION_REACH_RATIO = 1.5
 _OCCLUSION_RUN_RATIO = 1.25
 _OCCLUSION_MIN_GAP_PX = 10.0  # ... on rows where the rails are at least this far apart
@@ -352,7 +352,7 @@ def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
     when it is none, or not under a camera mounted as ``mount`` says.
 
     A finding beyond a centred pair reaching the bottom needs a second opinion: the learned
-    ``area`` (boolean, the visible rows) must agree with it (``_area_verdict``), unless the caller
+    ``area`` (boolean, the visible rows) must agree with it (``_agrees_with_area``), unless the caller
     ``vetted`` it already (a sequence's previous frame led to it) or it lies at the offset the
     sequence's camera is known to have.
     """
@@ -447,19 +447,19 @@ def _off_centre(model: _PairModel, row: int, width: int) -> float:
     return abs(0.5 * (left + right) - (width - 1) / 2) / (right - left)
 
 
-def _lateral_offset(model: _PairModel) -> float:
-    """How far the camera sits beside the pair's centre line, in rail gaps.
+def _signed_offset(model: _PairModel) -> float:
+    """The pair's centre line beside the camera, in rail gaps (positive: to its right).
 
     A ground line ``X = o + k Z^2 / 2`` seen from height ``h`` is ``u = A + (o / h) f' t + ...``
     and the half gap grows by ``(gap / 2) / h`` per row, so ``b / (2 d)`` is ``o / gap`` whatever
     the curve (the ``c / t`` term) and the camera's yaw (which moves ``a``) are.
     """
-    return abs(model.b) / (2 * model.d)
+    return model.b / (2 * model.d)
 
 
 def lateral_offset(detection: TrackDetection) -> float:
     """The track centre's offset from the camera, in rail gaps, signed (positive: the track lies
-    to the camera's right): ``b / 2d`` of the detection's rail fits (``_lateral_offset``).
+    to the camera's right): ``b / 2d`` of the detection's rail fits (``_signed_offset``).
 
     Args:
         detection: a found track.
@@ -467,8 +467,7 @@ def lateral_offset(detection: TrackDetection) -> float:
     Returns:
         The offset; a camera rides over its track within ``MAX_LATERAL_GAPS`` of it.
     """
-    left, right = detection.left_fit, detection.right_fit
-    return (left.b + right.b) / (2 * (right.b - left.b))
+    return _signed_offset(_pair_model(detection))
 
 
 @dataclass(frozen=True)
@@ -490,7 +489,7 @@ class _Mount:
         chords cut curves, so the limits allow more than the fitted pair's)."""
         if self.centred:
             return bottom_off_centre, _CENTRED_CHORDS
-        lateral = centre_slope / gap_slope
+        lateral = centre_slope / gap_slope  # ``_signed_offset`` of the chords' straight pair
         if self.offset is None:
             return np.abs(lateral), MAX_LATERAL_GAPS + _CHORD_SLACK
         return np.abs(lateral - self.offset), _MOUNT_TOLERANCE + _CHORD_SLACK
@@ -500,8 +499,8 @@ class _Mount:
         if self.centred:
             return _off_centre(model, bottom_row, width) <= MAX_OFF_CENTRE
         if self.offset is None:
-            return _lateral_offset(model) <= MAX_LATERAL_GAPS
-        return abs(model.b / (2 * model.d) - self.offset) <= _MOUNT_TOLERANCE
+            return abs(_signed_offset(model)) <= MAX_LATERAL_GAPS
+        return abs(_signed_offset(model) - self.offset) <= _MOUNT_TOLERANCE
 
 
 _CENTRED, _ANYWHERE = _Mount(centred=True), _Mount()
