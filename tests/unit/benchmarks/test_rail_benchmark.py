@@ -44,5 +44,23 @@ def test_the_real_benchmark_scores_labelled_frames_and_writes_json(tmp_path, mon
     assert "learned model off" in printed and "proc_f000000.png      correct" in printed
     figures = json.loads(out.read_text())["runs"]["learned model off"]
     assert figures["all"]["track"] == 2 and figures["all"]["correct"] == 2 and figures["all"]["false"] == 0
+    assert figures["all"]["on_track"] == 2
+    # "null" is an issue-16 group, "proc" a family the finder has not seen: both families are reported.
+    assert figures["unseen"]["track"] == 2 and figures["issue-16"]["track"] == 0
     assert figures["proc"]["correct_pct"] == 100.0
     assert figures["frames"]["null_blank.png"]["verdict"] == "none"
+
+
+def test_a_detection_short_of_the_labels_far_end_is_on_track_but_not_correct():
+    rows = np.linspace(100.0, 400.0, 7)
+    label = {"left": [[300 - 0.5 * (r - 80), r] for r in rows], "right": [[340 + 0.5 * (r - 80), r] for r in rows]}
+
+    class Detection:  # the label's own rails, found only on the lower half of its rows
+        top_row = 250
+        left_fit = type("Fit", (), {"x": staticmethod(lambda v: 300 - 0.5 * (v - 80))})
+        right_fit = type("Fit", (), {"x": staticmethod(lambda v: 340 + 0.5 * (v - 80))})
+
+    outcome = rail.RealOutcome("x_1.jpg", "x", labelled=True, detected=True)
+    rail.score_detection(outcome, Detection, 1.0, label)
+    assert outcome.on_track and not outcome.correct
+    assert outcome.right_covered == 1.0 and 0.4 < outcome.right_rows < 0.6
