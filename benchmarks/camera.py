@@ -17,9 +17,6 @@ value}}}}``, the shape docs/hooks.py's ``results:`` renders), groups ``camera`` 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import time
 from collections import Counter
@@ -32,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
+from benchmarks.results import new_results, write_results  # noqa: E402
 from synrail.rail.camera import CameraSettings, focal_from_hfov, hfov_from_focal, prepare_frame  # noqa: E402
 from synrail.rail.detect import detect_track  # noqa: E402
 from synrail.rail.sequence import frame_evidence, frame_geometry, solve_sequence_camera  # noqa: E402
@@ -139,12 +137,11 @@ def main() -> None:
     settings = CameraSettings(hfov_deg=args.hfov, gauge_mm=args.gauge_mm, sleeper_spacing_m=args.sleeper_spacing,
                               ignore_bottom=args.ignore_bottom, distortion=tuple(args.distortion))
     cv2.setNumThreads(1)
-    figures = {"command": "python benchmarks/camera.py " + " ".join(sys.argv[1:]), "date": time.strftime("%Y-%m-%d"),
-               "machine": f"{platform.machine()}, {os.cpu_count()} cores, one thread", "runs": {}}
+    figures = new_results("benchmarks/camera.py")
     for name, frames in sequences(args.paths, args):
         figures["runs"][name] = solve(name, frames, settings, args)
     if args.json is not None:
-        args.json.write_text(json.dumps(figures, indent=1, default=float))
+        write_results(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -29,9 +29,7 @@ renders), one run per part timed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -42,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 import cv2  # noqa: E402
 
+from benchmarks.results import new_results, write_results  # noqa: E402
 from synrail.compose.harmonizers import HARMONIZER_NAMES  # noqa: E402
 from synrail.config import load_config  # noqa: E402
 from synrail.rail.geometry import TrackPose  # noqa: E402
@@ -265,8 +264,7 @@ def main() -> None:
     global clock
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     cores = pin_to_one_core()
-    figures = {"command": "python benchmarks/compose.py " + " ".join(sys.argv[1:]), "date": time.strftime("%Y-%m-%d"),
-               "machine": f"{platform.machine()}, {len(cores)} cores, timed on one", "runs": {}}
+    figures = new_results("benchmarks/compose.py", "timed on one")
     runs = figures["runs"]
     with tempfile.TemporaryDirectory(prefix="synrail-bench-") as tmp:
         if args.compose_images:
@@ -279,7 +277,7 @@ def main() -> None:
             flow_vs_loop(args.flow_images, Path(tmp), cores, args.config,
                          runs.setdefault("build flow against a plain loop", {}))
     if args.json is not None:
-        args.json.write_text(json.dumps(figures, indent=1, default=float))
+        write_results(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ photographs whose object we recolour ourselves (a second opinion).
     python benchmarks/harmonize.py --iharmony DIR --crossfit
     python benchmarks/harmonize.py [--perturbations 30] [--seeds 12-19] [--samples DIR] [--overlays DIR]
                                    [--torchscript MODEL.pt] [--onnx MODEL.onnx] [--device cuda]
+    ... [--json OUT.json]  (any of them: the figures in the benchmark pages' shape, benchmarks/results.py)
 
 --iharmony DIR: iHarmony4 triplets (``composite_images/NAME_k_j.jpg``, ``masks/NAME_k.png``,
 ``real_images/NAME.jpg``; one flat folder, or a folder per sub-dataset), scored by the dataset's
@@ -53,6 +54,7 @@ from benchmarks.harmonization_benchmark import (  # noqa: E402
     summarize,
     two_fold_cut,
 )
+from benchmarks.results import new_results, write_results  # noqa: E402
 from synrail.compose.harmonizers import Harmonizer, make_harmonizer  # noqa: E402
 
 _TUNING_SEEDS = {1, 3, 4, 5}  # the seeds local's defaults were tuned on; report others
@@ -88,9 +90,12 @@ def backends(args: argparse.Namespace) -> dict[str, Harmonizer | None]:
     return chosen
 
 
-def print_table(rows: list[dict], order: list[str], group_title: str, intervals: bool = False) -> None:
+def print_table(rows: list[dict], order: list[str], group_title: str, intervals: bool = False
+                ) -> dict[str, dict[str, float]]:
     """One block per group (``all`` last): MSE, fMSE, PSNR, fMSE cut, cases made worse, ms per image;
-    with ``intervals``, the cut's 90 % bootstrap interval over the group's cases (``cut_interval``)."""
+    with ``intervals``, the cut's 90 % bootstrap interval over the group's cases (``cut_interval``).
+    Returns the same figures per ``"group: harmonizer"`` (the benchmark page's rows)."""
+    figures: dict[str, dict[str, float]] = {}
     table = summarize(rows)
     groups = sorted({row["group"] for row in table} - {"all"}) + ["all"]
     by_key = {(row["harmonizer"], row["group"]): row for row in table}
@@ -103,16 +108,21 @@ def print_table(rows: list[dict], order: list[str], group_title: str, intervals:
             row = by_key[(name, group)]
             worse = f"{row['losses']}/{row['cases']}"
             interval = ""
+            figures[f"{group}: {name}"] = {"mse": row["mse"], "fmse": row["fmse"], "psnr": row["psnr"],
+                                           "fmse_cut_pct": 100 * row["fmse_reduction"], "worse": row["losses"],
+                                           "cases": row["cases"], "ms_per_image": 1000 * row["seconds"]}
             if intervals:
                 low, high = cut_interval(group_rows, name)
                 interval = f"{low:+8.1%} {high:+7.1%} "
+                figures[f"{group}: {name}"].update(cut_low_pct=100 * low, cut_high_pct=100 * high)
             print(f"{group:<18} {name:<{width}} {row['mse']:8.1f} {row['fmse']:8.1f} {row['psnr']:7.2f} "
                   f"{row['fmse_reduction']:+9.1%} {interval}{worse:>9} {row['seconds'] * 1000:9.2f}")
         print()
+    return figures
 
 
-def run_iharmony(args: argparse.Namespace) -> None:
-    """The iHarmony4 table: per sub-dataset and overall."""
+def run_iharmony(args: argparse.Namespace) -> dict[str, dict]:
+    """The iHarmony4 table: per sub-dataset and overall (and per half); returns its figures per table."""
     triplets = iharmony_triplets(args.iharmony)
     harmonizers = backends(args)
     counts = {}
@@ -121,10 +131,12 @@ def run_iharmony(args: argparse.Namespace) -> None:
     print(f"{len(triplets)} iHarmony4 triplets at 256x256 ("
           + ", ".join(f"{name} {count}" for name, count in sorted(counts.items())) + ")\n")
     rows = evaluate_triplets(triplets, harmonizers)
-    print_table(rows, list(harmonizers), "sub-dataset", intervals=True)
+    runs = {"iHarmony4 by sub-dataset": print_table(rows, list(harmonizers), "sub-dataset", intervals=True)}
     if args.halves:
         half = split_halves(triplets)
-        print_table([{**row, "group": half[row["case"]]} for row in rows], list(harmonizers), "half", intervals=True)
+        runs["iHarmony4 by half"] = print_table([{**row, "group": half[row["case"]]} for row in rows],
+                                                list(harmonizers), "half", intervals=True)
+    return runs
 
 
 def crossfit_candidates(grid: dict[str, tuple]) -> dict[str, Harmonizer]:
@@ -135,8 +147,9 @@ def crossfit_candidates(grid: dict[str, tuple]) -> dict[str, Harmonizer]:
             for values in itertools.product(*grid.values())}
 
 
-def run_crossfit(args: argparse.Namespace, grid: dict[str, tuple] = CROSSFIT_GRID) -> None:
-    """Two-fold tuning: the best setting of ``grid`` on each half, scored on the other, and pooled."""
+def run_crossfit(args: argparse.Namespace, grid: dict[str, tuple] = CROSSFIT_GRID) -> dict[str, dict]:
+    """Two-fold tuning: the best setting of ``grid`` on each half, scored on the other, and pooled;
+    returns the held-out cuts (per cent) of the pick and of the default."""
     triplets = iharmony_triplets(args.iharmony)
     candidates = crossfit_candidates(grid)
     rows = evaluate_triplets(triplets, {"none": None, "ring (default)": make_harmonizer("ring"), **candidates})
@@ -150,10 +163,14 @@ def run_crossfit(args: argparse.Namespace, grid: dict[str, tuple] = CROSSFIT_GRI
               f"(the default there: {default['held_out'][half]:+.1%})")
     print(f"\npooled over both held-out halves: {result['pooled']:+.1%} (the default, itself tuned on the "
           f"{TUNING_HALF}, over all: {default['pooled']:+.1%})")
+    return {"two-fold tuning": {
+        **{f"held out: {half}": {"tuned_cut_pct": 100 * result["held_out"][half],
+                                 "default_cut_pct": 100 * default["held_out"][half]} for half in result["picked"]},
+        "pooled": {"tuned_cut_pct": 100 * result["pooled"], "default_cut_pct": 100 * default["pooled"]}}}
 
 
-def run_synthetic(args: argparse.Namespace) -> None:
-    """The perturbed-photograph table: per sample and overall, seeds pooled."""
+def run_synthetic(args: argparse.Namespace) -> dict[str, dict]:
+    """The perturbed-photograph table: per sample and overall, seeds pooled; returns its figures."""
     samples = folder_samples(args.samples) if args.samples else skimage_samples()
     if args.overlays:
         args.overlays.mkdir(parents=True, exist_ok=True)
@@ -165,7 +182,7 @@ def run_synthetic(args: argparse.Namespace) -> None:
     tuning = sorted(_TUNING_SEEDS.intersection(args.seeds))
     split = f"includes tuning seeds {tuning}" if tuning else "all held out from tuning"
     print(f"{len(samples)} samples x {args.perturbations} perturbations x seeds {args.seeds} ({split})\n")
-    print_table(rows, list(harmonizers), "sample")
+    return {f"perturbed photographs ({split})": print_table(rows, list(harmonizers), "sample")}
 
 
 def main() -> None:
@@ -184,13 +201,17 @@ def main() -> None:
                         help="with --iharmony: also score the tuning half (real images in even name order), the rest")
     parser.add_argument("--crossfit", action="store_true",
                         help="with --iharmony: tune ring's settings (CROSSFIT_GRID) on each half, score on the other")
+    parser.add_argument("--json", type=Path, help="also write the figures here (the benchmark pages' shape)")
     args = parser.parse_args()
+    figures = new_results("benchmarks/harmonize.py")
     if args.iharmony and args.crossfit:
-        run_crossfit(args)
+        figures["runs"] = run_crossfit(args)
     elif args.iharmony:
-        run_iharmony(args)
+        figures["runs"] = run_iharmony(args)
     else:
-        run_synthetic(args)
+        figures["runs"] = run_synthetic(args)
+    if args.json is not None:
+        write_results(args.json, figures)
 
 
 if __name__ == "__main__":

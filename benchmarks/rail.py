@@ -31,8 +31,6 @@ import argparse
 import itertools
 import json
 import math
-import os
-import platform
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -44,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
+from benchmarks.results import new_results, write_results  # noqa: E402
 from synrail.rail.detect import detect_track  # noqa: E402
 from synrail.rail.estimate import estimate_geometry  # noqa: E402
 from synrail.rail.geometry import CameraGeometry  # noqa: E402
@@ -157,8 +156,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     cv2.setNumThreads(1)
-    figures = {"command": "python benchmarks/rail.py " + " ".join(sys.argv[1:]), "date": time.strftime("%Y-%m-%d"),
-               "machine": f"{platform.machine()}, {os.cpu_count()} cores, one thread", "runs": {}}
+    figures = new_results("benchmarks/rail.py")
     for name, model in learned_models(args.learned, args.model):
         print(f"== {name}")
         if args.real is not None:
@@ -168,7 +166,7 @@ def main() -> None:
         else:
             figures["runs"][name] = run_procedural_benchmark(args, model)
     if args.json is not None:
-        args.json.write_text(json.dumps(figures, indent=1, default=float))
+        write_results(args.json, figures)
 
 
 def run_procedural_benchmark(args: argparse.Namespace, model: TrackAreaModel | None) -> dict:

@@ -42,6 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.results import new_results, write_results  # noqa: E402
 from synrail.segment.base import Prompt, postprocess_mask  # noqa: E402
 from synrail.segment.edges import decontaminate, edge_alpha  # noqa: E402
 from synrail.segment.grabcut import GrabCutSegmenter  # noqa: E402
@@ -432,9 +433,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results[name] = {path: summarize(r, args.min_score) for path, r in rows.items()}
         print(report_text(name, results[name], args.min_score))
     if args.json:
-        Path(args.json).write_text(json.dumps({"min_score": args.min_score, "min_area": args.min_area,
-                                               "sets": results}, indent=2))
+        figures = new_results("benchmarks/segment.py")
+        figures["runs"] = {name: {path: table_row(summary) for path, summary in paths.items()}
+                           for name, paths in results.items()}
+        figures.update(min_score=args.min_score, min_area=args.min_area, sets=results)
+        write_results(Path(args.json), figures)
     return results
+
+
+def table_row(summary: dict[str, Any]) -> dict[str, Any]:
+    """A path's headline figures, flat, for the benchmark page's table (the JSON's ``sets`` keep
+    the curve and the edge measures)."""
+    kept = summary.get("at_min_score", {})
+    return {"objects": summary["objects"], "mean_iou": summary.get("mean_iou"),
+            "boundary_f": summary.get("boundary_f"), "kept_share": kept.get("kept_share"),
+            "kept_iou": kept.get("kept_iou"), "kept_below_0_7": kept.get("kept_below_0_7"),
+            "score_iou_correlation": summary.get("score_iou_correlation"),
+            "ms_per_object": summary.get("ms_per_object")}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

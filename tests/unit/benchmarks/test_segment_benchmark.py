@@ -22,7 +22,9 @@ def test_the_benchmark_measures_every_path_on_a_synthetic_coco_set(tmp_path, cap
     shares = [c["kept_share"] for c in grabcut["curve"]]
     assert shares == sorted(shares, reverse=True) and shares[0] == 1.0
     assert grabcut["at_min_score"]["threshold"] == 0.5 and grabcut["ms_per_object"] > 0
-    assert json.loads(out.read_text())["sets"] == results
+    written = json.loads(out.read_text())
+    assert written["sets"] == results and written["command"].startswith("python benchmarks/segment.py")
+    assert written["runs"]["coco"]["grabcut"]["mean_iou"] == grabcut["mean_iou"]  # the page's table
     assert "grabcut: 12 objects, mean IoU" in capsys.readouterr().out
     # edges: the hard mask against the clean edge, per path
     assert set(grabcut["edges"]) == {"hard", "clean"} and set(grabcut["edges"]["clean"]) == set(segment.EDGE_MEASURES)

@@ -3,6 +3,7 @@ and their contract, the config union and its deprecated keys, the measures of bo
 
 import functools
 import inspect
+import json
 import math
 import subprocess
 import sys
@@ -388,13 +389,19 @@ def test_the_benchmark_script_pools_seeds_into_one_table(tmp_path):
     cv2.imwrite(str(tmp_path / "images" / "scene.png"), image)
     cv2.imwrite(str(tmp_path / "masks" / "scene.png"), mask.astype(np.uint8) * 255)
     result = subprocess.run([sys.executable, str(SCRIPT), "--samples", str(tmp_path), "--perturbations", "2",
-                             "--seeds", "0,2-3"], capture_output=True, text=True, timeout=300)
+                             "--seeds", "0,2-3", "--json", str(tmp_path / "figures.json")],
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "1 samples x 2 perturbations x seeds [0, 2, 3] (includes tuning seeds [3])" in result.stdout
     rows = [line.split() for line in result.stdout.splitlines() if line.startswith(("scene ", "all "))]
     assert [row[1] for row in rows if row[0] == "all"] == ["none", "ring", "lab", "local", "local,", "poisson",
                                                             "poisson"]
     assert all(row[-3].endswith("%") and row[-2].endswith("/6") for row in rows)  # cut, cases made worse
+    # the same figures for the benchmark page: one row per group and backend
+    (table,) = json.loads((tmp_path / "figures.json").read_text())["runs"].values()
+    assert len(table) == len(rows) and table["all: ring"]["cases"] == 6
+    ring_cut = next(row[-3] for row in rows if row[:2] == ["all", "ring"])
+    assert f"{table['all: ring']['fmse_cut_pct']:+.1f}%" == ring_cut
 
 
 # --- the ring backend and its guard ----------------------------------------------------------------
@@ -779,9 +786,11 @@ def test_protocol_on_triplets_with_known_answers(tmp_path):
 
 def test_the_benchmark_script_tunes_on_each_half_and_scores_the_other(tmp_path):
     _write_triplets(tmp_path, {"a1": ["a1_1_1"], "a2": ["a2_1_1"], "f3": ["f3_1_1"]}, offset=30)
-    result = subprocess.run([sys.executable, str(SCRIPT), "--iharmony", str(tmp_path), "--crossfit"],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run([sys.executable, str(SCRIPT), "--iharmony", str(tmp_path), "--crossfit",
+                             "--json", str(tmp_path / "figures.json")], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
+    pooled = json.loads((tmp_path / "figures.json").read_text())["runs"]["two-fold tuning"]["pooled"]
+    assert f"pooled over both held-out halves: {pooled['tuned_cut_pct']:+.1f}%" in result.stdout
     lines = result.stdout.splitlines()
     assert lines[0] == "3 iHarmony4 triplets, 72 ring settings; tuned on one half, scored on the other"
     picks = [line for line in lines if line.startswith("tuned on the ")]
