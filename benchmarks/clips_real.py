@@ -3,6 +3,7 @@
     python benchmarks/clips_real.py --video PATH [--speed-kmh X] [--hfov DEG] [--camera-height M]
                                     [--clips 3] [--frames 20] [--fps 10] [--width 640 --height 368]
                                     [--max-source-frames 600] [--first-distance 20 60] [--out DIR]
+                                    [--json OUT.json]
 
 Reads the video at the clip rate, follows its rails, solves its camera, measures the ground's motion
 along the rails, and composes up to ``--clips`` clips of procedural obstacles with the real-clips
@@ -13,6 +14,8 @@ speed used and the one measured, the clip rate, every clip's drift (advance meas
 depth against the rails' gap; and how far, in gauges, placing the footprints on the tracked rails
 moved them off the frame geometry's centre line), the windows refused, and the time: tracking the frames alone, and
 the whole stage per composed clip frame. Frames land in ``--out`` (a temporary folder by default).
+``--json`` also writes the figures in the benchmark pages' shape (``benchmarks/results.py``): the run
+``video`` (tracking, speed, stage) and the run ``clips`` (one row per clip).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.results import new_results, write_results  # noqa: E402
 from synrail.config import load_config  # noqa: E402
 from synrail.records import ClipImageRow  # noqa: E402
 from synrail.stages.gallery import prepare_gallery_class  # noqa: E402
@@ -53,6 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--first-distance", type=float, nargs=2, default=(20.0, 60.0))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
     return parser.parse_args(argv)
 
 
@@ -115,6 +120,20 @@ def main(argv: list[str] | None = None) -> None:
     composed = sum(c.frames for c in made.clips)
     print(f"stage: {stage_s:.1f} s for {composed} clip frames ({composed / stage_s:.2f} clip frames/s, reading and "
           f"tracking every source frame included); frames in {out.root_url}/images/train")
+    if args.json is not None:
+        figures = new_results("benchmarks/clips_real.py", "wall time", argv)
+        figures["runs"] = {
+            "video": {
+                "tracking": {"frames": len(frames), "with geometry": tracked, "fps read": fps,
+                             "ms per frame": 1000 * tracking_s / max(len(frames), 1)},
+                "speed": {"sidecar km/h": args.speed_kmh, "measured km/h": made.estimated_speed_kmh,
+                          "measured sigma km/h": made.estimated_sigma_kmh, "used km/h": made.speed_kmh},
+                "stage": {"clip frames": composed, "refused windows": len(made.refusals), "seconds": stage_s,
+                          "clip frames/s": composed / stage_s}},
+            "clips": {c.clip_id: {"frames": c.frames, "drift along m": c.drift_along_m,
+                                  "drift lateral gauge": c.drift_lateral_gauge, "drift depth m": c.drift_depth_m,
+                                  "geometry shift gauge": c.geometry_shift_gauge} for c in made.clips}}
+        write_results(args.json, figures)
 
 
 def geometry_against_rails(frames: list) -> str:

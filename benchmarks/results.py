@@ -12,21 +12,24 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 
-def new_results(script: str, timing: str = "one thread") -> dict[str, Any]:
-    """An empty results document for the command line this process was started with.
+def new_results(script: str, timing: str = "one thread", argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """An empty results document for the benchmark's command line.
 
     Args:
         script: the benchmark's path from the repository root, e.g. ``benchmarks/rail.py``.
         timing: how the figures were timed, for the machine line (``one thread``, ``timed on one``).
+        argv: the arguments it was given (default: this process's).
 
     Returns:
         The document, with ``runs`` empty for the benchmark to fill.
     """
-    return {"command": " ".join(["python", script, *sys.argv[1:]]), "date": time.strftime("%Y-%m-%d"),
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    return {"command": " ".join(["python", script, *arguments]), "date": time.strftime("%Y-%m-%d"),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, {timing}", "runs": {}}
 
 

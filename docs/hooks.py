@@ -209,6 +209,8 @@ def include(relative: str) -> str:
 
 
 def _figure(value: Any) -> str:
+    if value is None:
+        return "-"
     if isinstance(value, float):
         return "-" if value != value else f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
     return str(value)

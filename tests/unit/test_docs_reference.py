@@ -65,3 +65,23 @@ def test_the_generated_markers_are_all_known():
     for page in (ROOT / "docs").rglob("*.md"):
         for name in hooks.MARKER.findall(page.read_text()):
             assert hooks.generate(name).strip(), f"{page}: {name} generates nothing"
+
+
+def test_every_committed_result_renders_on_a_benchmark_page():
+    hooks = _hooks()
+    pages = "".join(page.read_text() for page in (ROOT / "docs" / "benchmarks").glob("*.md"))
+    for result in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
+        relative = result.relative_to(ROOT).as_posix()
+        assert f"<!-- generated: results:{relative} -->" in pages, f"{relative} is on no benchmark page"
+        table = hooks.results(relative)
+        assert table.count("| group |") >= 1 and "None" not in table  # missing figures read "-"
+
+
+def test_every_benchmark_page_opens_with_generated_figures():
+    hooks = _hooks()
+    for page in (ROOT / "docs" / "benchmarks").glob("*.md"):
+        if page.name == "index.md":
+            continue
+        text = page.read_text()
+        latest = text.split("## Latest figures", 1)[1].split("\n## ", 1)[0] if "## Latest figures" in text else ""
+        assert any(name.startswith("results:") for name in hooks.MARKER.findall(latest)), page.name
