@@ -52,6 +52,18 @@ def input_report(videos: Sequence[VideoBackgrounds], sources: Sequence[GallerySo
         cameras=[v.camera for v in videos if v.camera is not None])
 
 
+def _empty_split_advice(cfg: BuildConfig, split: str, backgrounds: Sequence[BackgroundRecord]) -> str:
+    """What to do about a split footage left empty: without any usable frame, more footage or looser
+    filters; with usable frames in other splits, the frames were too few for time blocks."""
+    source = cfg.backgrounds.source
+    if backgrounds and source in ("video", "frames"):
+        sequences = "videos" if source == "video" else "frame sequences"
+        return (f"with fewer {sequences} than splits in use each is cut into time blocks (train, val, test), "
+                f"and its {len(backgrounds)} usable frames left {split!r} none: add footage, or set "
+                f"splits.{split} to 0")
+    return f"add footage or loosen backgrounds.{source}.sampling.filters"
+
+
 def check_inputs(cfg: BuildConfig, backgrounds: Sequence[BackgroundRecord], gallery: Sequence[GalleryRecord],
                  report: InputReport) -> None:
     """Check that every split in use has a background and every class a cutout.
@@ -69,7 +81,7 @@ def check_inputs(cfg: BuildConfig, backgrounds: Sequence[BackgroundRecord], gall
         if share > 0 and not any(b.split == split for b in backgrounds):
             raise InputError(f"no usable background for split {split!r} ({len(backgrounds)} in all; "
                              f"{len(report.quarantine)} files quarantined, {len(report.unused_frames)} frames "
-                             f"unused): add footage or loosen backgrounds.{cfg.backgrounds.source}.sampling.filters")
+                             f"unused): {_empty_split_advice(cfg, split, backgrounds)}")
     missing = [c for c in cfg.classes if not any(g.class_name == c for g in gallery)]
     if missing:
         raise InputError(f"no cutout for class(es) {missing}: add a gallery source for them or drop them from "

@@ -94,3 +94,21 @@ def test_frame_folder_build_keeps_sequences_whole_and_names_every_source(tmp_pat
     bad = unused[unused.source_url.str.endswith("run1/f001b.jpg")]
     assert list(bad.reason) == ["unreadable image: not a decodable image"] and list(bad.frame_index) == [2]
     assert "folders of cab frames" in (tmp_path / "out/dataset_card.md").read_text()
+
+
+def test_too_few_sequences_for_the_splits_name_the_time_blocks_and_the_way_out(tmp_path):
+    """Two short sequences for three splits are cut into time blocks; one that leaves a split empty
+    says so and how to fix it, instead of asking for looser filters."""
+    from synrail.stages.inputs import InputError
+
+    folder = tmp_path / "frames"
+    for k in range(2):
+        (folder / f"run{k}").mkdir(parents=True)
+        for i, frame in enumerate(cab_frames(30 + k, 3)):
+            cv2.imwrite(str(folder / f"run{k}" / f"f{i}.jpg"), frame)
+    cfg = load_config(ROOT / "configs" / "tiny.yaml", {
+        "num_images": 4, "backgrounds.source": "frames", "backgrounds.frames.url": str(folder),
+        "backgrounds.frames.sampling.filters.duplicate_hamming": 0})
+    with pytest.raises(InputError, match=r"fewer frame sequences than splits in use .* time blocks .* "
+                                         r"set splits\.test to 0"):
+        build_in_process(cfg, str(tmp_path / "out"))
