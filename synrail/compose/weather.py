@@ -27,6 +27,7 @@ runs in OpenCV rather than numpy's broadcast (a night image ~26 to ~15 ms).
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import os
 from collections.abc import Sequence
@@ -59,8 +60,9 @@ def retain_large_buffers(mmap_threshold: int = 64 << 20, trim_threshold: int = 1
     maps and unmaps them when freed, so each image pays page faults (and the kernel's zeroing) on
     every one: ~2 ms of system time an image of the default config, a fifth of its CPU (issue 28).
     Raising both thresholds once keeps that memory in the heap for the next image; a worker holds on
-    to at most ``trim_threshold`` bytes it does not use. Called once when this module is imported (a
-    process that composes weather); ``SYNRAIL_MALLOC_TUNING=0`` leaves malloc alone.
+    to at most ``trim_threshold`` bytes it does not use. The composing stages call it, once per process,
+    through ``tune_malloc_for_composing``: importing SynRail changes nothing in the process.
+    ``SYNRAIL_MALLOC_TUNING=0`` leaves malloc alone.
 
     Args:
         mmap_threshold: blocks at least this large still get a memory map of their own.
@@ -78,7 +80,11 @@ def retain_large_buffers(mmap_threshold: int = 64 << 20, trim_threshold: int = 1
     return bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(mallopt(_M_TRIM_THRESHOLD, trim_threshold))
 
 
-MALLOC_TUNED = retain_large_buffers()
+@functools.cache
+def tune_malloc_for_composing() -> bool:
+    """``retain_large_buffers`` with its defaults, once per process (the stages that compose images
+    call it first); True when the settings took."""
+    return retain_large_buffers()
 
 
 # -- conditions ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import cv2
 from synrail.compose.composite import Composite, GalleryCutout, SceneBackground, compose_image, is_monochrome
 from synrail.compose.placement import track_rows
 from synrail.compose.quality import QualityScore, composite_quality
+from synrail.compose.weather import tune_malloc_for_composing
 from synrail.config import BuildConfig
 from synrail.export.coco import decode_rle, encode_window_rle, rle_box_and_area
 from synrail.export.yolo import yolo_line
@@ -220,6 +221,7 @@ def compose_chunk(cfg: BuildConfig, first: int, stop: int, backgrounds: Sequence
     Raises:
         ValueError: ``splits`` does not have one entry per image.
     """
+    tune_malloc_for_composing()
     splits = list(splits) if splits is not None else image_splits(cfg)[first:stop]
     if len(splits) != stop - first:
         raise ValueError(f"compose_chunk {first}..{stop}: {len(splits)} splits for {stop - first} images")

@@ -39,6 +39,7 @@ import numpy as np
 
 from synrail.compose.composite import GalleryCutout, SceneBackground, is_monochrome
 from synrail.compose.sequence import ClipFrame, TrackedObstacle, as_composite, compose_clip_frame
+from synrail.compose.weather import tune_malloc_for_composing
 from synrail.config import BuildConfig
 from synrail.errors import InputError
 from synrail.export.coco import encode_rle
@@ -376,6 +377,7 @@ def compose_video_clips(cfg: BuildConfig, video: VideoRef, position: int, splits
     Returns:
         The clips, the refused windows with their reasons, and the speed used and measured.
     """
+    tune_malloc_for_composing()
     if not splits:
         return VideoClips(video=video.name, clips=[], refusals=[ClipRefusal(
             video=video.name, frame_index=0, reason="no usable background frame: the video has no split")],

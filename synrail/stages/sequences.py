@@ -22,6 +22,7 @@ import numpy as np
 
 from synrail.compose.composite import Composite, GalleryCutout, SceneBackground, jittered_height
 from synrail.compose.sequence import ClipFrame, TrackedObstacle, as_composite, compose_clip_frame
+from synrail.compose.weather import tune_malloc_for_composing
 from synrail.config import BuildConfig
 from synrail.export.coco import encode_rle
 from synrail.export.yolo import yolo_line
@@ -274,6 +275,7 @@ def compose_clips(cfg: BuildConfig, first: int, stop: int, gallery: Sequence[Gal
     Returns:
         One record per clip.
     """
+    tune_malloc_for_composing()
     splits = clip_splits(cfg)
     cutouts = gallery_by_class(cache, gallery)
     return [compose_clip(cfg, clip, splits[clip], cutouts, out) for clip in range(first, stop)]

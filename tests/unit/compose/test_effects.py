@@ -235,17 +235,41 @@ def test_sensor_noise_looks_like_the_former_16_bit_gather():
 
 
 def test_weather_keeps_large_frame_buffers_in_the_heap(monkeypatch):
-    # glibc's mallopt takes both thresholds (the weather module calls it once, on import); switched
-    # off, nothing is set
+    # glibc's mallopt takes both thresholds; switched off, nothing is set
     import platform
 
     from synrail.compose import weather
 
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("mallopt is glibc's")
-    assert weather.MALLOC_TUNED and weather.retain_large_buffers()
+    assert weather.retain_large_buffers()
     monkeypatch.setenv("SYNRAIL_MALLOC_TUNING", "0")
     assert not weather.retain_large_buffers()
+
+
+def test_malloc_is_tuned_by_the_composing_stages_not_by_importing_synrail(monkeypatch):
+    import subprocess
+    import sys
+
+    # importing every module leaves malloc alone ...
+    probe = ("import synrail.compose.weather as w, synrail.stages.compose, synrail.stages.sequences, "
+             "synrail.stages.real_clips; print(w.tune_malloc_for_composing.cache_info().currsize)")
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.strip() == "0"
+    # ... each stage that composes images tunes it before its work
+    from types import SimpleNamespace
+
+    from synrail.stages import compose, real_clips, sequences
+
+    calls = []
+    for module in (compose, sequences, real_clips):
+        monkeypatch.setattr(module, "tune_malloc_for_composing", lambda: calls.append(1))
+    with pytest.raises(ValueError, match="splits for"):
+        compose.compose_chunk(None, 0, 2, [], [], None, None, splits=["train"])
+    with pytest.raises(AttributeError):
+        sequences.compose_clips(None, 0, 1, [], None, None)  # no config: fails after the call
+    assert real_clips.compose_video_clips(None, SimpleNamespace(name="v.mp4"), 0, [], [], None, None).refusals
+    assert calls == [1, 1, 1]
 
 
 def scene_720p() -> np.ndarray:
