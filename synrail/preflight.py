@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import cv2
@@ -58,6 +58,7 @@ from synrail.storage.store import Store
 
 T = TypeVar("T")
 FILTER_EXAMPLES = 2  # frames shown per reason the frame filters gave
+LISTED_SEQUENCES = 12  # more videos or sequences than this are summed up in the text, not listed one by one
 COMPOSE_SAMPLE = 3  # composites timed for the estimate
 
 
@@ -471,24 +472,39 @@ def summary_lines(inspection: Inspection) -> list[str]:
         Plain text lines.
     """
     lines = ["inputs:"]
+    real = [f for f in inspection.footage if f.kind != "procedural"]
+    listed = len(real) <= LISTED_SEQUENCES
     for f in inspection.footage:
         if f.kind == "procedural":
             lines.append(f"  backgrounds: {f.sampled} procedural scenes (rendered, exact track area)")
-            continue
-        state = f"quarantined: {f.quarantine}" if f.quarantine else f"{f.sampled} frames sampled, {f.kept} kept"
-        lines.append(f"  {f.kind} {f.name}: {state}")
+        elif f.quarantine:
+            lines.append(f"  {f.kind} {f.name}: quarantined: {f.quarantine}")
+        elif listed:
+            lines.append(f"  {f.kind} {f.name}: {f.sampled} frames sampled, {f.kept} kept")
+    if not listed:
+        lines += [f"  {line}" for line in _footage_totals(real)]
     for g in inspection.gallery:
         lines.append(f"  {g.label}: {g.candidates} candidates" + (f" ({g.note})" if g.note else ""))
     lines.append("would be left out:")
-    for f in inspection.footage:
-        if f.filtered:
-            lines.append(f"  {f.name}: by the frame filters (all {f.sampled} sampled frames): {_counts(f.filtered)}")
-        if f.figures and f.kind != "procedural":
-            tried = len(f.figures)
-            share = sum(f.refused.values()) / tried
-            detail = f": {_counts(f.refused)}" if f.refused else ""
-            lines.append(f"  {f.name}: by the track finder and camera, {sum(f.refused.values())} of {tried} sampled "
-                         f"frames (about {share * f.kept:.0f} of the {f.kept} kept){detail}")
+    if listed:
+        for f in real:
+            if f.filtered:
+                lines.append(f"  {f.name}: by the frame filters (all {f.sampled} sampled frames): "
+                             f"{_counts(f.filtered)}")
+            if f.refused:
+                share = _finder_share(f.refused, len(f.figures), f.kept)
+                lines.append(f"  {f.name}: by the track finder and camera, {share}")
+    else:
+        filtered, refused = Counter(), Counter()
+        for f in real:
+            filtered.update(f.filtered)
+            refused.update(f.refused)
+        if filtered:
+            lines.append(f"  by the frame filters: {sum(filtered.values())} of {sum(f.sampled for f in real)} sampled "
+                         f"frames: {_counts(filtered)}")
+        if refused:
+            lines.append("  by the track finder and camera, " + _finder_share(
+                refused, sum(len(f.figures) for f in real), sum(f.kept for f in real)))
     for g in inspection.gallery:
         if g.listed_out:
             lines.append(f"  {g.label}: when listed: {_counts(g.listed_out)}")
@@ -500,6 +516,25 @@ def summary_lines(inspection: Inspection) -> list[str]:
     lines.append(f"estimated build time: about {_duration(inspection.estimated_seconds)} (an estimate: "
                  + "; ".join(f"{stage} {count} x {per * 1000:.0f} ms" for stage, count, per in inspection.estimate)
                  + "; " + "; ".join(inspection.estimate_notes) + ")")
+    return lines
+
+
+def _finder_share(refused: Counter, tried: int, kept: int) -> str:
+    """``N of M sampled frames (about K of the kept ones): reasons``."""
+    share = sum(refused.values()) / max(tried, 1)
+    return (f"{sum(refused.values())} of {tried} sampled frames (about {share * kept:.0f} of the {kept} kept): "
+            f"{_counts(refused)}")
+
+
+def _footage_totals(real: list[FootageReport]) -> list[str]:
+    """One line per kind of footage: how many videos or sequences (single images among them), frames."""
+    lines = []
+    for kind in sorted({f.kind for f in real}):
+        members = [f for f in real if f.kind == kind and not f.quarantine]
+        noun = "videos" if kind == "video" else "frame sequences"
+        singles = sum(f.sampled == 1 for f in members)
+        lines.append(f"{kind}: {len(members)} {noun}" + (f" ({singles} single images)" if singles else "")
+                     + f": {sum(f.sampled for f in members)} frames sampled, {sum(f.kept for f in members)} kept")
     return lines
 
 
@@ -538,6 +573,11 @@ def _camera_html(camera: SequenceCamera) -> str:
     return f'<table class="camera">{body}</table>'
 
 
+def _single_image(footage: FootageReport) -> bool:
+    """An image under a frames folder's root: a one-frame sequence, shown with the others like it."""
+    return footage.kind == "frames" and footage.sampled == 1 and not footage.quarantine
+
+
 def render_html(inspection: Inspection) -> str:
     """The report as one self-contained HTML page (every image inlined).
 
@@ -553,7 +593,15 @@ def render_html(inspection: Inspection) -> str:
              f"<p class='note'>A preflight: no dataset was written. Inspected in {inspection.seconds:.1f} s.</p>",
              "<pre>" + html.escape("\n".join(summary_lines(inspection))) + "</pre>",
              '<section id="footage"><h2>Backgrounds</h2>']
+    singles = [f for f in inspection.footage if _single_image(f)]
+    if singles:
+        parts.append(f"<h3>single images: {len(singles)}</h3><p>Each image under the folder's root is a sequence "
+                     "of its own: one frame, no sequence camera.</p><div class='strip'>"
+                     + "".join(_figure_html(replace(x, title=f.name), "frame")
+                               for f in singles for x in f.figures + f.filter_figures) + "</div>")
     for f in inspection.footage:
+        if _single_image(f):
+            continue
         parts.append(f"<h3>{html.escape(f.kind)}: {html.escape(f.name)}</h3>")
         if f.quarantine:
             parts.append(f"<p>Quarantined: {html.escape(f.quarantine)}</p>")

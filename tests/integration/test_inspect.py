@@ -94,6 +94,30 @@ def test_frames_folder_every_sampled_frame_shows_its_track_or_why_not(tmp_path, 
     assert "kept frames: track and camera 8 x" in printed  # 4 + 4 kept frames, timed on the sample of 6
 
 
+def test_a_folder_of_loose_images_is_summed_up_and_shown_in_one_strip(tmp_path, capsys, monkeypatch):
+    """RailSem19-style dumps are loose images, each a sequence of its own: more of them than the
+    text lists one by one are summed up (reasons together), and the page shows them in one strip
+    captioned with their names, without a one-frame camera table each."""
+    from synrail import preflight
+
+    monkeypatch.setattr(preflight, "LISTED_SEQUENCES", 3)
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for k, frame in enumerate(cab_frames(40, 4)):
+        cv2.imwrite(str(folder / f"still{k}.jpg"), frame)
+    cv2.imwrite(str(folder / "still9.jpg"), np.zeros((360, 640, 3), np.uint8))  # refused: underexposed
+    out = tmp_path / "report"
+    assert main(["inspect", "--config", str(frames_config(tmp_path, folder)), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "frames: 5 frame sequences (5 single images): 5 frames sampled, 4 kept" in printed
+    assert "by the frame filters: 1 of 5 sampled frames: 1 x underexposed" in printed
+    assert "still0.jpg" not in printed  # not listed one by one
+    page = (out / "index.html").read_text()
+    assert "single images: 5" in page and '<table class="camera">' not in page
+    titles = [title for _, _, title, _ in figures(page, "frame") + figures(page, "filtered")]
+    assert sorted(titles) == ["still0.jpg", "still1.jpg", "still2.jpg", "still3.jpg", "still9.jpg"]
+
+
 def test_video_folder_shows_a_filtered_frame_read_back_from_the_video(tmp_path, capsys):
     folder = tmp_path / "videos"
     folder.mkdir()
