@@ -14,9 +14,9 @@ from typing import NamedTuple
 import cv2
 
 from synrail.compose.composite import Composite, GalleryCutout, SceneBackground, compose_image, is_monochrome
+from synrail.compose.memory import tune_malloc_for_composing
 from synrail.compose.placement import track_rows
 from synrail.compose.quality import QualityScore, composite_quality
-from synrail.compose.weather import tune_malloc_for_composing
 from synrail.config import BuildConfig
 from synrail.export.coco import decode_rle, encode_window_rle, rle_box_and_area
 from synrail.export.yolo import yolo_line

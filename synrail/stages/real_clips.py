@@ -38,8 +38,8 @@ import cv2
 import numpy as np
 
 from synrail.compose.composite import GalleryCutout, SceneBackground, is_monochrome
+from synrail.compose.memory import tune_malloc_for_composing
 from synrail.compose.sequence import ClipFrame, TrackedObstacle, as_composite, compose_clip_frame
-from synrail.compose.weather import tune_malloc_for_composing
 from synrail.config import BuildConfig
 from synrail.errors import InputError
 from synrail.export.coco import encode_rle

@@ -21,8 +21,8 @@ import cv2
 import numpy as np
 
 from synrail.compose.composite import Composite, GalleryCutout, SceneBackground, jittered_height
+from synrail.compose.memory import tune_malloc_for_composing
 from synrail.compose.sequence import ClipFrame, TrackedObstacle, as_composite, compose_clip_frame
-from synrail.compose.weather import tune_malloc_for_composing
 from synrail.config import BuildConfig
 from synrail.export.coco import encode_rle
 from synrail.export.yolo import yolo_line

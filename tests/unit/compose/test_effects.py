@@ -238,13 +238,13 @@ def test_weather_keeps_large_frame_buffers_in_the_heap(monkeypatch):
     # glibc's mallopt takes both thresholds; switched off, nothing is set
     import platform
 
-    from synrail.compose import weather
+    from synrail.compose import memory
 
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("mallopt is glibc's")
-    assert weather.retain_large_buffers()
+    assert memory.retain_large_buffers()
     monkeypatch.setenv("SYNRAIL_MALLOC_TUNING", "0")
-    assert not weather.retain_large_buffers()
+    assert not memory.retain_large_buffers()
 
 
 def test_malloc_is_tuned_by_the_composing_stages_not_by_importing_synrail(monkeypatch):
@@ -252,8 +252,9 @@ def test_malloc_is_tuned_by_the_composing_stages_not_by_importing_synrail(monkey
     import sys
 
     # importing every module leaves malloc alone ...
-    probe = ("import synrail.compose.weather as w, synrail.stages.compose, synrail.stages.sequences, "
-             "synrail.stages.real_clips; print(w.tune_malloc_for_composing.cache_info().currsize)")
+    probe = ("import synrail.compose.memory as m, synrail.compose.weather, synrail.stages.compose, "
+             "synrail.stages.sequences, synrail.stages.real_clips; "
+             "print(m.tune_malloc_for_composing.cache_info().currsize)")
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True).stdout.strip() == "0"
     # ... each stage that composes images tunes it before its work
