@@ -54,6 +54,7 @@ RAILS_NOT_AT_BOTTOM = "rails do not reach the bottom of the image"
 TRACK_OCCLUDED = "track occluded"
 PAIR_OFF_CENTRE = "rail pair not under the camera"
 RAIL_INSIDE_PAIR = "a rail runs between the pair"
+RAILS_TOO_SHORT = "rails followed over too short a stretch"
 
 MIN_GAP_PX = 4.0             # closer than this the two rails are no longer resolvable
 GAP_SLOPE_RANGE = (0.28, 1.3)  # d(gap)/d(row) = (gauge + head) cos(pitch) / camera height: 1.15-5.4 m
@@ -69,6 +70,10 @@ _GROWTH = 0.75               # each refinement step reaches rows with t 25 % sma
 _PAIR_SUPPORT_SHARE = 0.25   # pairs this well supported, relative to the best, are candidates
 _MAX_PAIR_TRIES = 4          # candidate pairs followed before the frame is given up
 _MIN_SUPPORT = 0.5           # share of rows in a new band where both rails must be found
+# A cab camera sees its own track from a few metres ahead to tens of metres: rails followed over less
+# than half again the distance of their nearest row are a stub of two lines (a road marking and a kerb,
+# a check rail), not evidence of a track. (The distance of a row is proportional to 1 / (row - horizon).)
+MIN_REACH_RATIO = 1.5
 # A cab camera may sit anywhere across the cab (a driver's-side dashcam, a CCTV camera at one
 # corner): its lateral offset from the track centre is at most the half-width of the widest
 # vehicles (UIC loading gauge 3.15 m wide: 1.58 m, about one rail gap of 1.5 m). A neighbour
@@ -371,6 +376,8 @@ def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
     detection = _detection(model, top_row, bottom_row, width, height, confidence)
     if vetted:
         return detection
+    if (bottom_row - model.horizon_v) < MIN_REACH_RATIO * (top_row - model.horizon_v):
+        raise _NoTrack(RAILS_TOO_SHORT)
     if (near_only or not mount.settles) and not _agrees_with_area(detection, area):
         raise _NoTrack(RAILS_NOT_AT_BOTTOM if near_only else PAIR_OFF_CENTRE)
     return detection

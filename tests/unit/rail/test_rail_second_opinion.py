@@ -157,3 +157,24 @@ def test_the_shipped_model_finds_an_off_centre_camera_s_track(seed: int, offset_
     result = detect_track(image, track_area=model.probability(image))
     assert result.detection is not None, result.reason
     assert iou_with_truth(truth, result.detection) > 0.95
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rails_seen_over_a_short_stretch_are_a_stub_not_a_track(seed: int) -> None:
+    """Two lines followed from the bottom over less than half again their nearest distance (a road
+    marking and a kerb, a check rail) are refused; the same rails seen over twice that distance are
+    the track."""
+    spec, image, _ = scene(seed, 0.0)
+    horizon = spec.geometry.horizon_v()
+    t_bottom = HEIGHT - 1 - horizon
+
+    def seen_up_to(distance_ratio: float) -> np.ndarray:
+        """The frame with everything beyond ``distance_ratio`` x the bottom row's distance made flat."""
+        flat = image.copy()
+        flat[:int(horizon + t_bottom / distance_ratio)] = 110
+        return flat
+
+    stub = detect_track(seen_up_to(1.3))
+    assert stub.detection is None and stub.reason == detect.RAILS_TOO_SHORT
+    track = detect_track(seen_up_to(2.5))
+    assert track.detection is not None, track.reason
