@@ -332,8 +332,7 @@ def real_summary_row(name: str, outcomes: list[RealOutcome]) -> str:
     f = real_summary(outcomes)
     return (f"{name:<12}{f['frames']:>4}{f['track']:>6}{f['found']:>6}{f['correct']:>8}{f['on_track']:>8}"
             f"{f['found_pct']:>7.0f}%{f['correct_pct']:>7.0f}%{f['on_track_pct']:>7.0f}%{f['median_error']:>8.3f}"
-            f"{f['false']:>7}"
-            f"{f['neighbour']:>7}{f['cpu_ms']:>7.0f}")
+            f"{f['false']:>7}{f['neighbour']:>7}{f['cpu_ms']:>7.0f}")
 
 
 def learned_models(choice: str, path: Path | None) -> list[tuple[str, TrackAreaModel | None]]:
@@ -373,15 +372,14 @@ def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays:
     print(real_summary_row("all", outcomes))
     families = {family: [o for o in outcomes if (o.group in ISSUE16_GROUPS) == (family == "issue-16")]
                 for family in ("issue-16", "unseen")}
+    families = {family: members for family, members in families.items() if 0 < len(members) < len(outcomes)}
     for family, members in families.items():
-        if members and len(members) < len(outcomes):
-            print(real_summary_row(family, members))
+        print(real_summary_row(family, members))
     groups = sorted({o.group for o in outcomes})
     for group in groups:
         print(real_summary_row(group, [o for o in outcomes if o.group == group]))
     return {"all": real_summary(outcomes),
-            **{family: real_summary(members) for family, members in families.items()
-               if members and len(members) < len(outcomes)},
+            **{family: real_summary(members) for family, members in families.items()},
             **{group: real_summary([o for o in outcomes if o.group == group]) for group in groups},
             "frames": {o.name: {"verdict": "correct" if o.correct else "short" if o.on_track
                                 else "wrong" if o.detected else "none",

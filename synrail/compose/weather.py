@@ -47,6 +47,8 @@ except ImportError:  # an albucore without it: OpenCV's LUT, the same bytes
     sz_lut = None
 
 _KOSCHMIEDER = 3.912  # beta = 3.912 / meteorological visibility (5 % contrast threshold)
+
+
 # -- conditions ---------------------------------------------------------------------------------
 def choose_condition(cfg: WeatherConfig, rng: np.random.Generator, background_condition: str) -> str:
     """The condition tag the image records.

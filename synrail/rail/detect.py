@@ -373,11 +373,11 @@ def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
         raise _NoTrack(PAIR_OFF_CENTRE)
     if _rail_inside(frame, model, top_row, bottom_row):
         raise _NoTrack(RAIL_INSIDE_PAIR)
+    if not vetted and (bottom_row - model.horizon_v) < MIN_REACH_RATIO * (top_row - model.horizon_v):
+        raise _NoTrack(RAILS_TOO_SHORT)  # before the mask is drawn: nothing of it is needed
     detection = _detection(model, top_row, bottom_row, width, height, confidence)
     if vetted:
         return detection
-    if (bottom_row - model.horizon_v) < MIN_REACH_RATIO * (top_row - model.horizon_v):
-        raise _NoTrack(RAILS_TOO_SHORT)
     if (near_only or not mount.settles) and not _agrees_with_area(detection, area):
         raise _NoTrack(RAILS_NOT_AT_BOTTOM if near_only else PAIR_OFF_CENTRE)
     return detection
