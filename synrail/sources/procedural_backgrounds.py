@@ -22,6 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 import cv2
 import numpy as np
@@ -270,11 +271,13 @@ class ClipBackgrounds:
     (times ``along_resolution`` and ``lateral_resolution``), reaching as far along the track as the
     clip's last frame sees. A frame
     samples them through its rows' fixed track coordinates shifted by the advance (``cv2.remap``),
-    fogs them with the fixed per-pixel transmission and composites the clutter layer (props, the
-    treeline and wires, projected from the frame's pose as in ``render_background``) over the sky,
-    which is at infinity and rendered once. The camera geometry, track mask and sensor noise are
-    those of ``render_background``; only the ground's filtering differs (the texture's bilinear
-    resampling in place of per-pixel analytic anti-aliasing).
+    fogs them with the fixed per-pixel transmission, and composites over the sky (at infinity,
+    rendered once) the treeline and wires, drawn from the frame's pose as in ``render_background``,
+    and the trees, bushes and masts: each drawn once per clip as a sprite and scaled into place
+    per frame (``_PropSprites``). The camera geometry, track mask and sensor noise are those of
+    ``render_background``; the ground's filtering differs (the texture's resampling in place of
+    per-pixel analytic anti-aliasing), and a prop's sprite is resampled where the analytic render
+    draws its shapes anew.
     """
 
     # Per band: a coarser spacing beyond these (a very long clip; a default one, 20 frames up to
@@ -302,18 +305,19 @@ class ClipBackgrounds:
         self.spec = spec
         self._noise: np.ndarray | None = None
         self._clutter_cache: dict[str, np.ndarray] = {}
-        self._falloff = np.ones(1, dtype=np.float32)
+        self._falloff = np.ones((1, 1, 3), dtype=np.float32)
         g = spec.geometry
         self._first_row = min(g.height, max(0, math.floor(g.horizon_v()) + 1))
         self._mask = g.track_mask()
         self._sky = (_render_sky(spec, self._first_row, render_rng(spec.palette_seed, RenderStream.SKY))
                      if self._first_row > 0 else None)
+        self._props = _PropSprites(spec, self._mask, max_advance_m, self._clutter_cache)
         self._bands: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, float]] = []
         if self._first_row >= g.height:
             return
         view = _ground_view(g, self._first_row)
         transmission = spec.transmission(view.distance).astype(np.float32)[..., None]
-        self._transmission = transmission
+        self._transmission = np.repeat(transmission, 3, axis=2)  # OpenCV multiplies channel by channel
         self._airlight = _colour(spec.fog_colour_bgr, 1 / 255) * (1 - transmission)
         lateral_step = view.lateral_filter.min(axis=1) / _AA_FILTER
         along_step = view.along_filter.min(axis=1) / _AA_FILTER
@@ -364,15 +368,17 @@ class ClipBackgrounds:
                 shifted = map_y + np.float32(pose.advance_m / along_step)
                 cv2.remap(texture, map_x, shifted, self._INTERPOLATION, dst=ground[start:stop],
                           borderMode=cv2.BORDER_REPLICATE)
-            ground *= self._transmission
-            ground += self._airlight
-        clutter = _render_clutter(self.spec, self._mask, render_rng(self.spec.palette_seed, RenderStream.CLUTTER),
-                                  pose, self._clutter_cache)
-        rows = np.flatnonzero(clutter[..., 3].any(axis=1))  # clutter stands on a band of rows
-        if rows.size:
-            band = slice(int(rows[0]), int(rows[-1]) + 1)
-            image[band] *= 1.0 - clutter[band, :, 3:] / np.float32(255)
-            image[band] += clutter[band, :, :3] / np.float32(255)
+            cv2.multiply(ground, self._transmission, dst=ground)
+            cv2.add(ground, self._airlight, dst=ground)
+        painter = _Painter(self.spec, self._mask, pose, self._clutter_cache)
+        if self.spec.treeline_distance_m > 0:  # far behind everything: first
+            _draw_treeline(painter, render_rng(self.spec.palette_seed, RenderStream.CLUTTER))
+            _composite_layer(image, painter.layer, self._mask)
+        self._props.composite(image, painter, self._mask)
+        if self._props.mast_z.size:
+            wires = np.zeros_like(painter.layer)
+            _draw_wires(painter, self._props.mast_z, wires)
+            _composite_layer(image, wires, self._mask)
         return self._finish(image, frame)
 
     def _finish(self, image: np.ndarray, frame: int) -> np.ndarray:
@@ -386,17 +392,18 @@ class ClipBackgrounds:
         if self._noise is None:
             v = (np.arange(h, dtype=np.float32) - (h - 1) / 2)[:, None] / np.float32(h / 2)
             u = (np.arange(w, dtype=np.float32) - (w - 1) / 2)[None, :] / np.float32(w / 2)
-            self._falloff = ((1 - np.float32(self.spec.vignette / 2) * (u * u + v * v)) * np.float32(255))[..., None]
+            falloff = (1 - np.float32(self.spec.vignette / 2) * (u * u + v * v)) * np.float32(255)
+            self._falloff = np.repeat(falloff[..., None], 3, axis=2)  # OpenCV multiplies channel by channel
             pool_rng = render_rng(self.spec.palette_seed, RenderStream.SENSOR, self._NOISE_POOL_KEY)
             self._noise = pool_rng.standard_normal((h + self._NOISE_SHIFT, w + self._NOISE_SHIFT, 3),
                                                    dtype=np.float32) * np.float32(self.spec.sensor_noise)
         dy, dx = render_rng(self.spec.palette_seed, RenderStream.SENSOR, *([frame] if frame else [])).integers(
             0, self._NOISE_SHIFT + 1, 2)
-        image *= self._falloff
-        image += self._noise[dy:dy + h, dx:dx + w]
-        np.rint(image, out=image)
-        np.clip(image, 0, 255, out=image)
-        return image.astype(np.uint8)
+        # OpenCV's passes: the same values as numpy's (rint, then clip: saturation rounds half to even too).
+        cv2.multiply(image, self._falloff, dst=image)
+        cv2.add(image, self._noise[dy:dy + h, dx:dx + w], dst=image)
+        cv2.max(image, 0.0, dst=image)
+        return cv2.convertScaleAbs(image)
 
 
 def _texture_view(spec: BackgroundSpec, lateral: np.ndarray, along: np.ndarray, lateral_step: float,
@@ -884,6 +891,7 @@ class _Shape:
 class _Prop:
     distance_m: float
     shapes: list[_Shape]
+    anchor: tuple[float, float, float]  # world (x, y, z) about which it grows as the camera nears (mid-height)
 
 
 class _Painter:
@@ -893,15 +901,18 @@ class _Painter:
     _MARGIN = 2  # pixels kept between a prop and the track area (anti-aliasing spill)
 
     def __init__(self, spec: BackgroundSpec, mask: np.ndarray, pose: TrackPose | None = None,
-                 cache: dict[str, np.ndarray] | None = None) -> None:
+                 cache: dict[str, np.ndarray] | None = None, fogged: bool = True) -> None:
         self.spec = spec
+        self.fogged = fogged  # False: props' colours lit but not fogged (a clip's sprites fog per frame)
         self._cache = {} if cache is None else cache  # pose-independent fields kept across a clip's frames
         self._moved: dict[tuple[float, float], tuple[ArrayLike, ArrayLike]] = {}
         self.g = spec.geometry
         self.pose = pose if pose is not None and pose.advance_m != 0 else None
         self.layer = np.zeros((self.g.height, self.g.width, 4), dtype=np.uint8)
         self.leaves = np.zeros((self.g.height, self.g.width), dtype=np.uint8)  # foliage grain strength
-        self._mask_sum = cv2.integral(mask.astype(np.uint8))
+        self._mask_sum = self._cache.get("mask_sum")
+        if self._mask_sum is None:  # a clip's frames share the track area
+            self._mask_sum = self._cache["mask_sum"] = cv2.integral(mask.astype(np.uint8))
         sun = _sun_direction(spec)
         self.sun_side = float(sun[0] / max(math.hypot(sun[0], sun[2]), 1e-6))
 
@@ -935,7 +946,7 @@ class _Painter:
 
     def final_colour(self, albedo: BGR, shade: float, distance_m: float, coverage: float = 1.0
                      ) -> tuple[float, float, float, float]:
-        transmission = float(self.spec.transmission(distance_m))
+        transmission = float(self.spec.transmission(distance_m)) if self.fogged else 1.0
         lit = np.asarray(albedo) * np.asarray(self.spec.illumination_bgr) * shade * 255
         fogged = np.clip(lit * transmission + np.asarray(self.spec.fog_colour_bgr) * (1 - transmission), 0, 255)
         return (*(fogged * coverage).tolist(), 255.0 * coverage)
@@ -943,7 +954,7 @@ class _Painter:
     def final_colours(self, albedo: BGR, shades: np.ndarray, distance_m: np.ndarray | float,
                       coverage: np.ndarray | float = 1.0) -> list[tuple[float, float, float, float]]:
         """``final_colour`` for many shades at one or as many distances (the same arithmetic, element by element)."""
-        transmission = np.broadcast_to(self.spec.transmission(distance_m), np.shape(shades))
+        transmission = np.broadcast_to(self.spec.transmission(distance_m) if self.fogged else 1.0, np.shape(shades))
         lit = np.asarray(albedo) * np.asarray(self.spec.illumination_bgr) * np.asarray(shades)[:, None] * 255
         fog = np.asarray(self.spec.fog_colour_bgr)
         fogged = np.clip(lit * transmission[..., None] + fog * (1 - transmission[..., None]), 0, 255)
@@ -969,12 +980,8 @@ class _Painter:
         """
         leafy = self.leaves > 0
         h, w = leafy.shape
-        grain = self._cache.get("leaf_grain")
-        if grain is None:  # the same draw in every frame of a clip (the clutter stream is the frame's)
-            grain = cv2.resize(rng.standard_normal((h // 2 + 1, w // 2 + 1), dtype=np.float32), (w, h),
-                               interpolation=cv2.INTER_LINEAR)
-            self._cache["leaf_grain"] = grain
-        grain = grain[leafy]
+        grain = cv2.resize(rng.standard_normal((h // 2 + 1, w // 2 + 1), dtype=np.float32), (w, h),
+                           interpolation=cv2.INTER_LINEAR)[leafy]
         factor = 1 + 0.35 * grain * (self.leaves[leafy] / np.float32(255))
         self.layer[leafy, :3] = np.clip(self.layer[leafy, :3] * factor[:, None], 0, 255).astype(np.uint8)
 
@@ -1007,18 +1014,15 @@ class _Painter:
 
 
 def _render_clutter(spec: BackgroundSpec, mask: np.ndarray, rng: np.random.Generator,
-                    pose: TrackPose | None = None, cache: dict[str, np.ndarray] | None = None) -> np.ndarray:
+                    pose: TrackPose | None = None) -> np.ndarray:
     """Premultiplied BGRA layer of everything standing on the ground, empty on the track area.
 
     Props are drawn where they stand in the world; with ``pose`` the camera has moved toward them
-    (those behind it are left out by ``_Painter.draw``); ``cache`` keeps what every frame of a clip
-    draws alike (the leaf grain)."""
-    painter = _Painter(spec, mask, pose, cache)
+    (those behind it are left out by ``_Painter.draw``)."""
+    painter = _Painter(spec, mask, pose)
     if spec.treeline_distance_m > 0:
         _draw_treeline(painter, rng)
-    mast_z = np.arange(rng.uniform(4.0, 4.0 + spec.mast_spacing_m), spec.geometry.track_max_z_m,
-                       spec.mast_spacing_m) if spec.mast_side else np.empty(0)
-    props = _plants(painter, rng) + _masts(painter, mast_z)
+    mast_z, props = _standing_props(painter, rng)
     for prop in sorted(props, key=lambda p: -p.distance_m):  # painter's order: far to near
         painter.draw(prop)
     painter.add_leaf_grain(rng)
@@ -1032,11 +1036,205 @@ def _render_clutter(spec: BackgroundSpec, mask: np.ndarray, rng: np.random.Gener
     return painter.layer
 
 
+def _standing_props(painter: _Painter, rng: np.random.Generator) -> tuple[np.ndarray, list[_Prop]]:
+    """The masts' distances along the track and the props (plants, then masts), drawn from the
+    clutter stream after the treeline's draws."""
+    spec = painter.spec
+    mast_z = np.arange(rng.uniform(4.0, 4.0 + spec.mast_spacing_m), spec.geometry.track_max_z_m,
+                       spec.mast_spacing_m) if spec.mast_side else np.empty(0)
+    return mast_z, _plants(painter, rng) + _masts(painter, mast_z)
+
+
+def _composite_layer(image: np.ndarray, layer: np.ndarray, mask: np.ndarray) -> None:
+    """In place: a premultiplied BGRA uint8 layer over an H x W x 3 float image (0-1), except on ``mask``."""
+    rows = np.flatnonzero(layer[..., 3].any(axis=1))  # clutter stands on a band of rows
+    if rows.size:
+        band = slice(int(rows[0]), int(rows[-1]) + 1)
+        part = layer[band]
+        part[mask[band]] = 0
+        image[band] *= 1.0 - part[..., 3:] / np.float32(255)
+        image[band] += part[..., :3] / np.float32(255)
+
+
 def _composite_over(base: np.ndarray, top: np.ndarray) -> None:
     """In place, premultiplied BGRA: base <- top + base * (1 - top alpha)."""
     covered = top[..., 3] > 0
     keep = 1 - top[covered, 3:] / np.float32(255)
     base[covered] = np.clip(np.rint(top[covered] + base[covered] * keep), 0, 255).astype(np.uint8)
+
+
+@dataclass(frozen=True)
+class _Sprite:
+    """One prop drawn once for a clip, at a pyramid of scales: premultiplied BGRA in [0, 1], lit but not
+    fogged, and the strength of its foliage grain (``_Painter.leaves`` / 255)."""
+
+    anchor: tuple[float, float, float]     # the world point it grows about
+    pixels_per_m: float                    # at the anchor, in frame 0
+    levels: list[_SpriteLevel]
+    boxes: np.ndarray                      # its shapes' boxes (u0, v0, u1, v1) about the anchor, frame-0 pixels
+
+
+class _SpriteLevel(NamedTuple):
+    scale: float               # against frame 0
+    colour: np.ndarray         # h x w x 4 float32
+    leaves: np.ndarray | None  # h x w float32, or None (no foliage)
+    origin: np.ndarray         # the anchor's pixel in it
+
+
+class _PropSprites:
+    """A clip's plants and masts, drawn once as sprites, then scaled, fogged and placed per frame.
+
+    A prop is upright and flat at one distance (``_plant`` and ``_masts`` project all its shapes at
+    one Z), so a camera moving toward it sees it grow about its own point by the ratio of its depths.
+    Each prop is drawn once at the largest scale the clip shows it (its nearest frame, at most
+    ``_MAX_SCALE`` times frame 0's) with its colours lit but unfogged, and a pyramid of halvings; a
+    frame takes the level just above its scale, resamples it into place (``cv2.warpAffine``), fogs it
+    for the prop's distance in that frame, gives its foliage the stills' leaf grain (fixed in the
+    image, as each still draws it) and composites the props far to near. A prop is left out of a
+    frame where one of its shapes' boxes comes near the track area, as ``_Painter.draw`` leaves it
+    out, and the track area stays clear.
+    """
+
+    _MAX_SCALE = 3.0
+    _MAX_SIDE = 1536   # sprite pixels
+    _PAD = 2
+
+    def __init__(self, spec: BackgroundSpec, mask: np.ndarray, max_advance_m: float,
+                 cache: dict[str, np.ndarray]) -> None:
+        self.spec = spec
+        painter = _Painter(spec, mask, fogged=False, cache=cache)
+        rng = render_rng(spec.palette_seed, RenderStream.CLUTTER)
+        if spec.treeline_distance_m > 0:  # its draws come first in the stream, as in every frame
+            _draw_treeline(painter, rng)
+        self.mast_z, props = _standing_props(painter, rng)
+        nearest = _Painter(spec, mask, TrackPose.along(spec.geometry, max_advance_m), cache=cache)
+        self.sprites = [sprite for prop in props if (sprite := self._sprite(painter, nearest, prop)) is not None]
+        # The leaf grain is the stills' draw, next in the stream (``_Painter.add_leaf_grain``): fixed in the image.
+        height, width = mask.shape
+        self._grain = np.float32(0.35) * cv2.resize(
+            rng.standard_normal((height // 2 + 1, width // 2 + 1), dtype=np.float32), (width, height),
+            interpolation=cv2.INTER_LINEAR)
+        self._fog = _colour(spec.fog_colour_bgr, 1 / 255)
+        if self.sprites:
+            self._anchors = np.array([s.anchor for s in self.sprites], dtype=np.float64).T
+            self._frame0_scale = np.array([s.pixels_per_m for s in self.sprites])
+            self._owners = np.concatenate([np.full(len(s.boxes), i) for i, s in enumerate(self.sprites)])
+            self._boxes = np.concatenate([s.boxes for s in self.sprites])
+
+    def _sprite(self, painter: _Painter, nearest: _Painter, prop: _Prop) -> _Sprite | None:
+        x, y, z = prop.anchor
+        bounds = np.array([shape.bounds() for shape in prop.shapes])
+        if not np.isfinite(bounds).all():
+            return None
+        anchor_px = painter.project(x, y, z)
+        frame0 = float(painter.pixels_per_m(x, y, z))
+        closest = float(nearest.pixels_per_m(x, y, z))
+        grows = closest / frame0 if 0 < closest < painter.g.focal_px / 0.5 else math.inf  # behind: the cap
+        low, high = bounds[:, :2].min(axis=0), bounds[:, 2:].max(axis=0)
+        extent = float((high - low).max()) + 2 * self._PAD
+        scale = max(1.0, min(grows, self._MAX_SCALE, self._MAX_SIDE / extent))
+        origin = scale * (anchor_px - low) + self._PAD
+        size = np.ceil(scale * (high - low) + 2 * self._PAD).astype(int) + 1
+        colour = np.zeros((size[1], size[0], 4), dtype=np.uint8)
+        leaves = np.zeros((size[1], size[0]), dtype=np.uint8)
+        for shape in prop.shapes:
+            moved = _scaled_shape(shape, anchor_px, scale, origin)
+            fixed = painter._fixed(moved)
+            painter._draw_shape(colour, moved, moved.colour, fixed)
+            if shape.grain:
+                painter._draw_shape(leaves, moved, round(255 * shape.grain), fixed)
+        strength = leaves.astype(np.float32) / np.float32(255) if leaves.any() else None
+        levels = [_SpriteLevel(scale, colour.astype(np.float32) / np.float32(255), strength, origin)]
+        while levels[-1].scale > 1.5 and min(levels[-1].colour.shape[:2]) >= 8:
+            last = levels[-1]
+            levels.append(_SpriteLevel(last.scale / 2, cv2.pyrDown(last.colour),
+                                       None if last.leaves is None else cv2.pyrDown(last.leaves), last.origin / 2))
+        boxes = bounds - np.tile(anchor_px, 2)
+        return _Sprite(prop.anchor, frame0, levels, boxes)
+
+    def composite(self, image: np.ndarray, painter: _Painter, mask: np.ndarray) -> None:
+        """Composites the props seen from ``painter``'s pose onto ``image`` (H x W x 3 float, 0-1), in place."""
+        if not self.sprites:
+            return
+        x, y, z = self._anchors
+        place = painter.project(x, y, z)
+        pixels_per_m = painter.pixels_per_m(x, y, z)
+        grows = pixels_per_m / self._frame0_scale
+        distance = painter.distance_m(x, y, z)
+        in_front = (pixels_per_m > 0) & (pixels_per_m < painter.g.focal_px / 0.3) & np.isfinite(place).all(axis=1)
+        boxes = np.tile(place[self._owners], 2) + grows[self._owners, None] * self._boxes
+        touching = np.bincount(self._owners, weights=_boxes_touch(painter, boxes), minlength=len(self.sprites)) > 0
+        transmission = self.spec.transmission(distance)
+        for index in np.argsort(-distance, kind="stable"):  # painter's order: far to near
+            if in_front[index] and not touching[index]:
+                self._paste(image, painter, mask, self.sprites[index], place[index], float(grows[index]),
+                            float(transmission[index]))
+
+    def _paste(self, image: np.ndarray, painter: _Painter, mask: np.ndarray, sprite: _Sprite, place: np.ndarray,
+               grows: float, transmission: float) -> None:
+        """One sprite, ``grows`` times its frame-0 size with its anchor at ``place``, fogged by ``transmission``."""
+        level = next((lv for lv in reversed(sprite.levels) if lv.scale >= grows), sprite.levels[0])
+        factor = grows / level.scale
+        top_left = place - factor * level.origin
+        height, width = image.shape[:2]
+        u0, v0 = (max(0, math.floor(c)) for c in top_left)
+        u1 = min(width, math.ceil(top_left[0] + factor * level.colour.shape[1]) + 1)
+        v1 = min(height, math.ceil(top_left[1] + factor * level.colour.shape[0]) + 1)
+        if u0 >= u1 or v0 >= v1:
+            return
+        size = (u1 - u0, v1 - v0)
+        warp = np.array([[factor, 0, top_left[0] - u0], [0, factor, top_left[1] - v0]])
+        placed = cv2.warpAffine(level.colour, warp, size, flags=cv2.INTER_LINEAR,
+                                borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+        if _box_sum(painter._mask_sum, u0, v0, u1, v1):  # the track area stays clear
+            placed *= ~mask[v0:v1, u0:u1, None]
+        # Fogged as ``_Painter.final_colour`` fogs: t * lit + (1 - t) * fog, premultiplied.
+        t = transmission
+        coloured = cv2.transform(placed, np.hstack([t * np.eye(3), ((1 - t) * self._fog)[:, None]]))
+        if level.leaves is not None:
+            grain = cv2.warpAffine(level.leaves, warp, size, flags=cv2.INTER_LINEAR,
+                                   borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+            grain *= self._grain[v0:v1, u0:u1]
+            grain += 1
+            coloured *= grain[..., None]
+        region = image[v0:v1, u0:u1]
+        region *= cv2.transform(placed, _UNDER_ALPHA)
+        region += coloured
+
+
+_UNDER_ALPHA = np.array([[0, 0, 0, -1, 1]] * 3, dtype=np.float64)  # BGRA -> (1 - A) in three channels
+
+
+def _box_sum(integral: np.ndarray, u0: int, v0: int, u1: int, v1: int) -> int:
+    """Sum of the image behind ``integral`` (``cv2.integral``) over columns u0:u1 and rows v0:v1."""
+    return int(integral[v1, u1] - integral[v0, u1] - integral[v1, u0] + integral[v0, u0])
+
+
+def _scaled_shape(shape: _Shape, anchor: np.ndarray, scale: float, origin: np.ndarray) -> _Shape:
+    """The shape moved into a sprite: scaled by ``scale`` about ``anchor``, which lands on ``origin``."""
+    if shape.kind == "ellipse":
+        centre, axes = shape.points
+        points = np.array([scale * (centre - anchor) + origin, scale * axes])
+    else:
+        points = scale * (shape.points - anchor) + origin
+    return _Shape(shape.kind, points, shape.colour, max(1, round(shape.thickness * scale)), shape.grain)
+
+
+def _boxes_touch(painter: _Painter, boxes: np.ndarray) -> np.ndarray:
+    """``_Painter.touches_track`` for N boxes at once (non-finite boxes count as touching)."""
+    finite = np.isfinite(boxes).all(axis=1)
+    safe = np.where(finite[:, None], boxes, 0.0)
+    margin, g = painter._MARGIN, painter.g
+    u0 = np.clip(np.floor(safe[:, 0]) - margin, 0, None).astype(np.int64)
+    v0 = np.clip(np.floor(safe[:, 1]) - margin, 0, None).astype(np.int64)
+    u1 = np.clip(np.ceil(safe[:, 2]) + margin + 1, None, g.width).astype(np.int64)
+    v1 = np.clip(np.ceil(safe[:, 3]) + margin + 1, None, g.height).astype(np.int64)
+    empty = (u0 >= u1) | (v0 >= v1)
+    u0, v0 = np.minimum(u0, g.width), np.minimum(v0, g.height)
+    u1, v1 = np.maximum(u1, 0), np.maximum(v1, 0)
+    s = painter._mask_sum
+    inside = s[v1, u1] - s[v0, u1] - s[v1, u0] + s[v0, u0]
+    return ~finite | (~empty & (inside > 0))
 
 
 def _draw_treeline(painter: _Painter, rng: np.random.Generator) -> None:
@@ -1127,7 +1325,7 @@ def _plant(painter: _Painter, kind: str, x: float, z: float, height: float, albe
     else:
         radius = height * (0.45 if kind == "bush" else rng.uniform(0.25, 0.35))
         shapes += _leafy_crown(painter, x, height - radius, z, radius, albedo, distance, rng)
-    return _Prop(distance, shapes)
+    return _Prop(distance, shapes, (x, height / 2, z))
 
 
 def _upright_box(painter: _Painter, x: float, z: float, width: float, bottom: float, top: float,
@@ -1188,7 +1386,7 @@ def _masts(painter: _Painter, mast_z: np.ndarray) -> list[_Prop]:
                      painter.final_colour(albedo, 0.8, distance), _line_thickness(painter, x, 6.4, z, 0.08))
         stay = _Shape("line", painter.project(np.array([x, centre]), np.array([7.5, 6.15]), z),
                       painter.final_colour(albedo, 0.8, distance), _line_thickness(painter, x, 7.5, z, 0.05))
-        props.append(_Prop(distance, [pole, arm, stay]))
+        props.append(_Prop(distance, [pole, arm, stay], (x, 3.8, z)))
     return props
 
 
@@ -1220,10 +1418,7 @@ def _draw_wires(painter: _Painter, mast_z: np.ndarray, layer: np.ndarray) -> Non
         low = np.minimum(start, stop) - reach[:, None]
         high = np.maximum(start, stop) + reach[:, None]
         fixed = np.round(np.clip(ends, -1e5, 1e5) * scale).astype(np.int32)
-        for i in range(z.size - 1):
-            bounds = (low[i, 0], low[i, 1], high[i, 0], high[i, 1])
-            if not np.isfinite(bounds).all() or painter.touches_track(bounds):
-                continue
+        for i in np.flatnonzero(~_boxes_touch(painter, np.hstack([low, high]))):
             cv2.line(layer, (int(fixed[i, 0]), int(fixed[i, 1])), (int(fixed[i + 1, 0]), int(fixed[i + 1, 1])),
                      colours[i], int(thickness[i]), cv2.LINE_AA, painter._SHIFT)
 

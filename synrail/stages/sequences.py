@@ -2,8 +2,9 @@
 
 A clip is one procedural scene seen from a camera that moves ``speed / fps`` metres along the track
 per frame (``ClipBackgrounds``: the ground shaded once per clip as textures in track coordinates and
-re-projected through each frame's ``TrackPose``, the props projected per frame, so ground textures,
-sleepers, trees and masts stay put in the world; it looks like ``render_background`` with the pose).
+re-projected through each frame's ``TrackPose``, the trees and masts drawn once as sprites and scaled
+into place per frame, so ground textures, sleepers, trees and masts stay put in the world; it looks
+like ``render_background`` with the pose).
 Its obstacles stand at fixed world ground points and are re-projected in every frame
 (``synrail.compose.sequence``), through the same ``CameraGeometry`` the frame is rendered with. A clip draws only from
 ``clip_rng(seed, clip, ...)``, so its bytes never depend on chunking; a clip is one unit of split.

@@ -85,6 +85,28 @@ def test_clip_frames_keep_the_scene_geometry_and_track_area_free_of_clutter() ->
     assert np.array_equal(clip.render(pose, 2)[mask], bare.render(pose, 2)[mask])
 
 
+def test_props_grow_and_move_as_the_camera_nears_them() -> None:
+    """Trees and masts are sprites drawn once per clip: a later frame shows them where, and as large
+    as, the analytic render of its pose draws them (not where a pose 3 m behind would)."""
+    from synrail.randomness import RenderStream, render_rng
+    from synrail.sources import procedural_backgrounds as pb
+
+    spec = dataclasses.replace(scene(4, "ballasted", "fog", 0.002, width=640, height=360), tree_count=40)
+    pose = TrackPose.along(spec.geometry, 20.0)
+    framed = ClipBackgrounds(spec, ADVANCE_M).render(pose, 2).astype(np.int16)
+    clutter = pb._render_clutter(spec, spec.geometry.track_mask(), render_rng(spec.palette_seed, RenderStream.CLUTTER),
+                                 pose)
+    props = clutter[..., 3] == 255  # opaque in the analytic render
+    assert props.mean() > 0.05
+
+    def error(image: np.ndarray) -> float:
+        return float(np.abs(image.astype(np.int16) - framed)[props].mean())
+
+    right = error(render_background(spec, pose, 2))
+    assert right < 6.0
+    assert error(render_background(spec, TrackPose.along(spec.geometry, 17.0), 2)) > 3 * right
+
+
 def test_frames_are_deterministic_and_sensor_noise_differs_per_frame() -> None:
     spec = dataclasses.replace(scene(2, "ballastless", "overcast", 0.0, width=320, height=180), sensor_noise=3.0)
     pose = TrackPose.along(spec.geometry, 5.0)
