@@ -4,7 +4,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from media import cab_frames
+from media import write_frame_sequences
 
 from synrail.config import load_config
 from synrail.export.figures import AREA_BGR
@@ -14,11 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_frames_build_card_has_the_track_area_strip_and_a_procedural_one_has_none(tmp_path):
-    folder = tmp_path / "frames"
-    for k in range(2):
-        (folder / f"run{k}").mkdir(parents=True)
-        for i, frame in enumerate(cab_frames(50 + k, 3)):
-            cv2.imwrite(str(folder / f"run{k}" / f"f{i:03d}.png"), frame)
+    folder = write_frame_sequences(tmp_path / "frames", 50, 2, 3, "png")
     cfg = load_config(ROOT / "configs" / "tiny.yaml", {
         "num_images": 4, "backgrounds.source": "frames", "backgrounds.frames.url": str(folder),
         "backgrounds.frames.sampling.filters.duplicate_hamming": 0, "splits.train": 0.5, "splits.val": 0.5,

@@ -5,7 +5,7 @@ from pathlib import Path
 import cv2
 import pandas as pd
 import pytest
-from media import cab_frames
+from media import cab_frames, write_frame_sequences
 
 from synrail.config import load_config
 from synrail.sources.video import list_sequences, sample_frames
@@ -101,11 +101,7 @@ def test_too_few_sequences_for_the_splits_name_the_time_blocks_and_the_way_out(t
     says so and how to fix it, instead of asking for looser filters."""
     from synrail.stages.inputs import InputError
 
-    folder = tmp_path / "frames"
-    for k in range(2):
-        (folder / f"run{k}").mkdir(parents=True)
-        for i, frame in enumerate(cab_frames(30 + k, 3)):
-            cv2.imwrite(str(folder / f"run{k}" / f"f{i}.jpg"), frame)
+    folder = write_frame_sequences(tmp_path / "frames", 30, 2, 3)
     cfg = load_config(ROOT / "configs" / "tiny.yaml", {
         "num_images": 4, "backgrounds.source": "frames", "backgrounds.frames.url": str(folder),
         "backgrounds.frames.sampling.filters.duplicate_hamming": 0})

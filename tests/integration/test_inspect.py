@@ -12,7 +12,7 @@ import cv2
 import numpy as np
 import pytest
 import yaml
-from media import cab_frames, write_video
+from media import cab_frames, write_frame_sequences, write_video
 
 from flows.cli import main
 from synrail.export.figures import AREA_BGR
@@ -64,11 +64,7 @@ def test_tiny_config_report_is_one_page_with_a_track_on_every_background(tmp_pat
 
 
 def test_frames_folder_every_sampled_frame_shows_its_track_or_why_not(tmp_path, capsys):
-    folder = tmp_path / "frames"
-    for k in range(2):
-        (folder / f"run{k}").mkdir(parents=True)
-        for i, frame in enumerate(cab_frames(30 + k, 4)):
-            cv2.imwrite(str(folder / f"run{k}" / f"f{i:03d}.jpg"), frame)
+    folder = write_frame_sequences(tmp_path / "frames", 30, 2, 4)
     cv2.imwrite(str(folder / "run1" / "f009.jpg"), np.zeros((360, 640, 3), np.uint8))  # refused: underexposed
     cv2.imwrite(str(folder / "run1" / "f010.jpg"), cv2.GaussianBlur(cab_frames(31, 1)[0], (0, 0), 6))  # blurred
     out = tmp_path / "report"

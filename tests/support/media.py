@@ -30,6 +30,16 @@ def write_video(path: Path, frames: list[np.ndarray], fps: float = 2.0) -> Path:
     return path
 
 
+def write_frame_sequences(folder: Path, first_seed: int, sequences: int, frames: int, suffix: str = "jpg") -> Path:
+    """A frames folder: ``sequences`` subfolders ``run0``, ``run1``, ... of ``frames`` cab frames each
+    (``f000.jpg``, ...), sequence k drawn from seed ``first_seed + k``."""
+    for k in range(sequences):
+        (folder / f"run{k}").mkdir(parents=True)
+        for i, frame in enumerate(cab_frames(first_seed + k, frames)):
+            cv2.imwrite(str(folder / f"run{k}" / f"f{i:03d}.{suffix}"), frame)
+    return folder
+
+
 def write_video_folder(folder: Path) -> Path:
     """Three 4-frame cab videos, one that is not a video, and a sidecar metadata table."""
     folder.mkdir(parents=True, exist_ok=True)

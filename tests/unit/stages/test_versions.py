@@ -9,10 +9,9 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-import cv2
 import pyarrow.parquet as pq
 import pytest
-from media import H, W, cab_frames, write_video
+from media import H, W, cab_frames, write_frame_sequences, write_video
 from prefect.testing.utilities import prefect_test_harness
 
 from flows import versions as versions_flow
@@ -322,11 +321,7 @@ def clip_files(version: Path) -> dict[str, bytes]:
 def test_a_frames_folder_full_version_is_sized_per_sequence_like_its_history(harness, tmp_path):
     """An image-folder source's scheduled full version holds images_per_video images of each sequence,
     as its incremental versions do, whatever num_images says (it sized the full build before)."""
-    frames = tmp_path / "frames"
-    for k in range(2):
-        (frames / f"run{k}").mkdir(parents=True)
-        for i, frame in enumerate(cab_frames(k, 4)):
-            cv2.imwrite(str(frames / f"run{k}" / f"f{i:03d}.png"), frame)
+    frames = write_frame_sequences(tmp_path / "frames", 0, 2, 4, "png")
     overrides = {"num_images": 5, "image.width": W, "image.height": H, "backgrounds.source": "frames",
                  "backgrounds.frames": {"url": str(frames), "hfov_deg": 60},
                  "ingest.images_per_video": 6, "execution.chunk_size": 4}
