@@ -964,8 +964,7 @@ class _Painter:
     def draw(self, prop: _Prop, layer: np.ndarray | None = None) -> None:
         """Draws the prop (onto ``layer``, default the main one) unless part of it would land on
         the track area or behind the camera."""
-        bounds = [shape.bounds() for shape in prop.shapes]
-        if any(not np.isfinite(b).all() for b in bounds) or any(self.touches_track(b) for b in bounds):
+        if self.touches_track(np.array([shape.bounds() for shape in prop.shapes])).any():
             return
         for shape in prop.shapes:
             fixed = self._fixed(shape)
@@ -985,15 +984,20 @@ class _Painter:
         factor = 1 + 0.35 * grain * (self.leaves[leafy] / np.float32(255))
         self.layer[leafy, :3] = np.clip(self.layer[leafy, :3] * factor[:, None], 0, 255).astype(np.uint8)
 
-    def touches_track(self, bounds: tuple[float, float, float, float]) -> bool:
-        """Whether a box (u0, v0, u1, v1) comes within ``_MARGIN`` pixels of the track area."""
-        u0, v0 = max(0, math.floor(bounds[0]) - self._MARGIN), max(0, math.floor(bounds[1]) - self._MARGIN)
-        u1 = min(self.g.width, math.ceil(bounds[2]) + self._MARGIN + 1)
-        v1 = min(self.g.height, math.ceil(bounds[3]) + self._MARGIN + 1)
-        if u0 >= u1 or v0 >= v1:
-            return False
+    def touches_track(self, boxes: np.ndarray) -> np.ndarray:
+        """Which of N boxes (u0, v0, u1, v1) come within ``_MARGIN`` pixels of the track area; a box
+        with a non-finite corner (behind the camera) counts as touching."""
+        finite = np.isfinite(boxes).all(axis=1)
+        safe = np.where(finite[:, None], boxes, 0.0)
+        # Clipped to the image before the cast (a prop just ahead of the camera projects far out);
+        # a box wholly beside the image ends up empty either way.
+        u0 = np.clip(np.floor(safe[:, 0]) - self._MARGIN, 0, self.g.width).astype(np.int64)
+        v0 = np.clip(np.floor(safe[:, 1]) - self._MARGIN, 0, self.g.height).astype(np.int64)
+        u1 = np.clip(np.ceil(safe[:, 2]) + self._MARGIN + 1, 0, self.g.width).astype(np.int64)
+        v1 = np.clip(np.ceil(safe[:, 3]) + self._MARGIN + 1, 0, self.g.height).astype(np.int64)
         s = self._mask_sum
-        return bool(s[v1, u1] - s[v0, u1] - s[v1, u0] + s[v0, u0] > 0)
+        inside = s[v1, u1] - s[v0, u1] - s[v1, u0] + s[v0, u0]
+        return ~finite | ((u0 < u1) & (v0 < v1) & (inside > 0))
 
     def _fixed(self, shape: _Shape) -> np.ndarray:
         """The shape's points in OpenCV's fixed point (``_SHIFT`` fractional bits)."""
@@ -1163,7 +1167,7 @@ class _PropSprites:
         distance = painter.distance_m(x, y, z)
         in_front = (pixels_per_m > 0) & (pixels_per_m < painter.g.focal_px / 0.3) & np.isfinite(place).all(axis=1)
         boxes = np.tile(place[self._owners], 2) + grows[self._owners, None] * self._boxes
-        touching = np.bincount(self._owners, weights=_boxes_touch(painter, boxes), minlength=len(self.sprites)) > 0
+        touching = np.bincount(self._owners, weights=painter.touches_track(boxes), minlength=len(self.sprites)) > 0
         transmission = self.spec.transmission(distance)
         for index in np.argsort(-distance, kind="stable"):  # painter's order: far to near
             if in_front[index] and not touching[index]:
@@ -1218,23 +1222,6 @@ def _scaled_shape(shape: _Shape, anchor: np.ndarray, scale: float, origin: np.nd
     else:
         points = scale * (shape.points - anchor) + origin
     return _Shape(shape.kind, points, shape.colour, max(1, round(shape.thickness * scale)), shape.grain)
-
-
-def _boxes_touch(painter: _Painter, boxes: np.ndarray) -> np.ndarray:
-    """``_Painter.touches_track`` for N boxes at once (non-finite boxes count as touching)."""
-    finite = np.isfinite(boxes).all(axis=1)
-    safe = np.where(finite[:, None], boxes, 0.0)
-    margin, g = painter._MARGIN, painter.g
-    u0 = np.clip(np.floor(safe[:, 0]) - margin, 0, None).astype(np.int64)
-    v0 = np.clip(np.floor(safe[:, 1]) - margin, 0, None).astype(np.int64)
-    u1 = np.clip(np.ceil(safe[:, 2]) + margin + 1, None, g.width).astype(np.int64)
-    v1 = np.clip(np.ceil(safe[:, 3]) + margin + 1, None, g.height).astype(np.int64)
-    empty = (u0 >= u1) | (v0 >= v1)
-    u0, v0 = np.minimum(u0, g.width), np.minimum(v0, g.height)
-    u1, v1 = np.maximum(u1, 0), np.maximum(v1, 0)
-    s = painter._mask_sum
-    inside = s[v1, u1] - s[v0, u1] - s[v1, u0] + s[v0, u0]
-    return ~finite | (~empty & (inside > 0))
 
 
 def _draw_treeline(painter: _Painter, rng: np.random.Generator) -> None:
@@ -1418,7 +1405,7 @@ def _draw_wires(painter: _Painter, mast_z: np.ndarray, layer: np.ndarray) -> Non
         low = np.minimum(start, stop) - reach[:, None]
         high = np.maximum(start, stop) + reach[:, None]
         fixed = np.round(np.clip(ends, -1e5, 1e5) * scale).astype(np.int32)
-        for i in np.flatnonzero(~_boxes_touch(painter, np.hstack([low, high]))):
+        for i in np.flatnonzero(~painter.touches_track(np.hstack([low, high]))):
             cv2.line(layer, (int(fixed[i, 0]), int(fixed[i, 1])), (int(fixed[i + 1, 0]), int(fixed[i + 1, 1])),
                      colours[i], int(thickness[i]), cv2.LINE_AA, painter._SHIFT)
 
