@@ -850,15 +850,16 @@ def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
     Returns the refined model, the samples of the accepted rows, the first (top) and last
     (bottom) one, and whether the rails stopped short of the bottom in the open
     (``_reached_the_near_track``: a finding that needs a second opinion). A model ``from_prior``
-    (the previous frame's fit) is trusted from the start: its curve term holds, where straight
-    Hough chords would cut a curve.
+    (the previous frame's fit, or the learned area's) is trusted from the start: its curve term
+    holds, where straight Hough chords would cut a curve, so its first band is searched in the
+    narrow window too (a wide one takes a guard rail or a check rail beside the rail).
     """
     height = frame.grey.shape[0]
     low, high = _widened(seen_rows, max(8, height // 20), height)
     samples = _RailSamples(*(np.empty(0),) * 3, np.empty(0, dtype=bool))
     # The second pass measures with the band's own fit, no longer the Hough lines.
     for hough in (True, False):
-        window = _FIRST_WINDOW_PER_GAP if hough else _WINDOW_PER_GAP
+        window = _FIRST_WINDOW_PER_GAP if hough and not from_prior else _WINDOW_PER_GAP
         grown = _extend(frame, model, samples, np.arange(low, high + 1, dtype=np.float64), horizon_limits,
                         window, trust_model=from_prior or not hough)
         if grown is None:
