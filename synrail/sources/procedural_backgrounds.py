@@ -1404,8 +1404,11 @@ def _draw_wires(painter: _Painter, mast_z: np.ndarray, layer: np.ndarray) -> Non
         reach = thickness / 2
         low = np.minimum(start, stop) - reach[:, None]
         high = np.maximum(start, stop) + reach[:, None]
-        fixed = np.round(np.clip(ends, -1e5, 1e5) * scale).astype(np.int32)
-        for i in np.flatnonzero(~painter.touches_track(np.hstack([low, high]))):
+        # A point behind the camera projects to NaN: its segments are not drawn.
+        finite = np.isfinite(ends).all(axis=1)
+        fixed = np.round(np.clip(np.nan_to_num(ends), -1e5, 1e5) * scale).astype(np.int32)
+        drawn = finite[:-1] & finite[1:] & ~painter.touches_track(np.hstack([low, high]))
+        for i in np.flatnonzero(drawn):
             cv2.line(layer, (int(fixed[i, 0]), int(fixed[i, 1])), (int(fixed[i + 1, 0]), int(fixed[i + 1, 1])),
                      colours[i], int(thickness[i]), cv2.LINE_AA, painter._SHIFT)
 
