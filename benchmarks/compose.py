@@ -14,7 +14,8 @@ Prints, from one run:
    (one worker each; the Prefect server is started before timing, and its start is printed apart);
 5. approach clips against stills: frames/s of the sequences stage (each frame's scene re-projected
    from the moved camera by ``ClipBackgrounds``, composed, written) against images/s of build chunks,
-   both with the default config at the same image size, and the share of a clip frame spent rendering
+   both with the default config at the same image size, both after a warm-up (a chunk of stills, a
+   clip), and the share of a clip frame spent rendering
    its scene (the clip's ground textures, shaded once, spread over its frames), beside the analytic
    render of one frame.
 Composition and the floor are timed by wall time, or with --clock cpu by the process's CPU time.
@@ -175,6 +176,9 @@ def clips_vs_stills(frames: int, work: Path, config: Path = ROOT / "configs/defa
     started = clock()
     compose_chunk(cfg, 0, cfg.num_images, backgrounds, gallery, cache, Store(str(work / "stills")))
     stills_rate = cfg.num_images / (clock() - started)
+    # Both warm: a process's first clip also pays the kernel's first touch of its large arrays
+    # (about 0.4 s of system time for the first two clips), as the stills' warm-up chunk does for them.
+    compose_clips(cfg, 0, 1, gallery, cache, Store(str(work / "clips-warm-up")))
     started = clock()
     compose_clips(cfg, 0, clips, gallery, cache, Store(str(work / "clips")))
     clip_rate = clips * frames_per_clip / (clock() - started)
