@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -714,19 +714,12 @@ def _shade_ground(spec: BackgroundSpec, view: _GroundView, rng: np.random.Genera
     g = spec.geometry
     noise = _SmoothNoise(rng, view.grid_steps)
     albedo = _terrain_albedo(spec, view, noise)
-    textures = {
-        "ballast": noise.fbm(view.world_x, view.world_z, 0.6, 3, view.texel),
-        "stones": noise.fbm(view.world_x, view.world_z, 0.1, 3, view.texel, gain=0.6),
-        "crevices": _crevices(view, noise),
-        "surface": noise.fbm(view.world_x, view.world_z, 1.5, 4, view.texel),
-        "bed_edge": noise.fbm(view.world_x, view.world_z, 3.0, 3, view.texel),
-        "rail_wear": noise.fbm(view.world_x, view.world_z, 4.0, 3, view.texel),
-    }
+    track_offsets = [0.0] + ([spec.neighbour_side * spec.neighbour_spacing_m] if spec.neighbour_side else [])
+    bed_reach = spec.bed_half_width_m + 0.5
+    textures = _track_textures(view, noise, _track_columns(view, track_offsets, bed_reach))
     sleeper_shades = rng.uniform(0.8, 1.15, 1024).astype(np.float32)
     phase = float(rng.uniform(0, spec.sleeper_spacing_m))
-    track_offsets = [0.0] + ([spec.neighbour_side * spec.neighbour_spacing_m] if spec.neighbour_side else [])
 
-    bed_reach = spec.bed_half_width_m + 0.5
     for offset in track_offsets:
         band = _track_band(view, offset, bed_reach, textures)
         patch = albedo[band.pixels]
@@ -744,6 +737,47 @@ def _shade_ground(spec: BackgroundSpec, view: _GroundView, rng: np.random.Genera
         _paint_rails(patch, spec, band)
         lit[band.pixels] = patch
     return lit
+
+
+def _track_columns(view: _GroundView, offsets: list[float], reach_m: float) -> slice:
+    """A clip texture's columns (each one lateral position) that the track bands within ``reach_m``
+    of ``offsets`` take in; all columns of a pixel view (its lateral position varies along a row)."""
+    if view.grid_steps is None:
+        return slice(None)
+    lateral, lateral_filter = view.lateral[0], view.lateral_filter[0]
+    needed = np.zeros(lateral.size, dtype=bool)
+    for offset in offsets:
+        needed |= np.abs(lateral - offset) < reach_m + lateral_filter
+    if not needed.any():
+        return slice(0, 0)
+    columns = np.flatnonzero(needed)
+    return slice(int(columns[0]), int(columns[-1]) + 1)
+
+
+def _track_textures(view: _GroundView, noise: _SmoothNoise, columns: slice) -> dict[str, np.ndarray]:
+    """The noise fields only the track beds and rails use, on ``columns`` of the view (zero beside
+    them: no track band reads there). A clip texture is much wider than its tracks; its bands
+    shade the fields on the tracks' columns only (their coarse octaves then fall on a grid from
+    the first of them: the same noise, resampled from other lattice points)."""
+    part = view if columns == slice(None) else replace(
+        view, **{name: getattr(view, name)[:, columns] for name in
+                 ("x", "texel", "lateral", "along", "lateral_filter", "along_filter", "world_x", "world_z")})
+    x, z, texel = part.world_x, part.world_z, part.texel
+    fields = {
+        "ballast": noise.fbm(x, z, 0.6, 3, texel),
+        "stones": noise.fbm(x, z, 0.1, 3, texel, gain=0.6),
+        "crevices": _crevices(part, noise),
+        "surface": noise.fbm(x, z, 1.5, 4, texel),
+        "bed_edge": noise.fbm(x, z, 3.0, 3, texel),
+        "rail_wear": noise.fbm(x, z, 4.0, 3, texel),
+    }
+    if part is view:
+        return fields
+    full = {}
+    for name, field in fields.items():
+        full[name] = np.zeros(view.world_x.shape, dtype=np.float32)
+        full[name][:, columns] = field
+    return full
 
 
 def _crevices(view: _GroundView, noise: _SmoothNoise, wavelength: float = 0.07) -> np.ndarray:
@@ -1147,8 +1181,8 @@ class _PropSprites:
             painter._draw_shape(colour, moved, moved.colour, fixed)
             if shape.grain:
                 painter._draw_shape(leaves, moved, round(255 * shape.grain), fixed)
-        strength = leaves.astype(np.float32) / np.float32(255) if leaves.any() else None
-        levels = [_SpriteLevel(scale, colour.astype(np.float32) / np.float32(255), strength, origin)]
+        strength = _unit_float(leaves) if leaves.any() else None
+        levels = [_SpriteLevel(scale, _unit_float(colour), strength, origin)]
         while levels[-1].scale > 1.5 and min(levels[-1].colour.shape[:2]) >= 8:
             last = levels[-1]
             levels.append(_SpriteLevel(last.scale / 2, cv2.pyrDown(last.colour),
@@ -1207,6 +1241,11 @@ class _PropSprites:
 
 
 _UNDER_ALPHA = np.array([[0, 0, 0, -1, 1]] * 3, dtype=np.float64)  # BGRA -> (1 - A) in three channels
+
+
+def _unit_float(image: np.ndarray) -> np.ndarray:
+    """A uint8 image as float32 in [0, 1], in one OpenCV pass (numpy's cast and divide take two)."""
+    return cv2.multiply(image, 1 / 255, dtype=cv2.CV_32F)
 
 
 def _box_sum(integral: np.ndarray, u0: int, v0: int, u1: int, v1: int) -> int:
