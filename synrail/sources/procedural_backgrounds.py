@@ -451,7 +451,24 @@ def _smoothstep(edge0: np.ndarray | float, edge1: np.ndarray | float, x: np.ndar
 
 
 def _blend(base: np.ndarray, colour: np.ndarray, weight: np.ndarray) -> None:
-    """In place: base <- base + (colour - base) * weight, weight being H x W."""
+    """In place: base <- base + (colour - base) * weight, weight being H x W (or broadcasting to it).
+
+    On a clip texture's block (``base`` rows x columns x 3) only the rows and columns where the weight
+    is not zero are blended: a rail's or a fastener's coverage spans a few columns of a wide block.
+    """
+    if base.ndim == 3 and weight.ndim == 2:
+        block = []
+        for axis, size in enumerate(weight.shape):
+            reached = np.flatnonzero(weight.any(axis=1 - axis))
+            if reached.size == 0:
+                return
+            # A weight of one row (or column) broadcasts along that axis: all of it is reached.
+            block.append(slice(int(reached[0]), int(reached[-1]) + 1) if size > 1 else slice(None))
+        base = base[tuple(block)]
+        weight = weight[tuple(block)]
+        if colour.ndim == 3:
+            colour = colour[tuple(part if size > 1 else slice(None)
+                                  for part, size in zip(block, colour.shape[:2]))]
     base += (colour - base) * weight[..., None].astype(np.float32)
 
 
@@ -675,9 +692,11 @@ def _arc_length(z: np.ndarray, curvature: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _TrackBand:
-    """The pixels near one track, flattened, so track painting skips the rest of the ground."""
+    """The pixels near one track, flattened, so track painting skips the rest of the ground; on a clip
+    texture's grid a block of columns, where what depends on the column (lateral) or the row (along)
+    alone is kept as one row or one column and broadcast."""
 
-    pixels: np.ndarray          # boolean selector over the ground rows
+    pixels: np.ndarray | tuple[slice, slice]  # boolean selector over the ground rows, or a grid's block
     lateral: np.ndarray         # offset from this track's centreline (m)
     centreline_x: np.ndarray    # world X of this track's centreline at the pixel's Z
     along: np.ndarray
@@ -693,12 +712,31 @@ class _TrackBand:
 
 def _track_band(view: _GroundView, track_offset_m: float, reach_m: float, textures: Mapping[str, np.ndarray]
                 ) -> _TrackBand:
+    if view.grid_steps is not None:
+        return _grid_track_band(view, track_offset_m, reach_m, textures)
     lateral = view.lateral - track_offset_m
     pixels = np.abs(lateral) < reach_m + view.lateral_filter  # beyond this every coverage is zero
     return _TrackBand(pixels=pixels, lateral=lateral[pixels], centreline_x=view.x[pixels] - lateral[pixels],
                       along=view.along[pixels], lateral_filter=view.lateral_filter[pixels],
                       along_filter=view.along_filter[pixels],
                       **{name: field[pixels] for name, field in textures.items()})
+
+
+def _grid_track_band(view: _GroundView, track_offset_m: float, reach_m: float, textures: Mapping[str, np.ndarray]
+                     ) -> _TrackBand:
+    """``_track_band`` on a clip texture's grid: each column keeps one lateral position and each row one
+    position along the track, so the band is a block of columns and its coverages by lateral position
+    (rails, fasteners, sleeper ends) cost one row, those along the track (sleepers) one column."""
+    lateral = view.lateral[:1] - track_offset_m
+    inside = np.flatnonzero(np.abs(lateral[0]) < reach_m + view.lateral_filter[0])
+    columns = slice(int(inside[0]), int(inside[-1]) + 1) if inside.size else slice(0, 0)
+    lateral = lateral[:, columns]
+    # The world X of the track's centreline on each row: any column's X less its lateral position.
+    centreline_x = (view.x[:, :1] - (view.lateral[:, :1] - track_offset_m)).astype(np.float32)
+    return _TrackBand(pixels=(slice(None), columns), lateral=lateral, centreline_x=centreline_x,
+                      along=view.along[:, :1], lateral_filter=view.lateral_filter[:1, columns],
+                      along_filter=view.along_filter[:, :1],
+                      **{name: field[:, columns] for name, field in textures.items()})
 
 
 def _render_ground(spec: BackgroundSpec, first_row: int, rng: np.random.Generator,
@@ -802,7 +840,9 @@ def _terrain_albedo(spec: BackgroundSpec, view: _GroundView, noise: _SmoothNoise
     dirt = _colour(spec.dirt_albedo_bgr) * (1 + 0.2 * detail[..., None])
     threshold = 1.2 - 2.4 * spec.dirt_fraction
     # A trodden cess path runs beside every track bed.
-    near_track = _smoothstep(spec.bed_half_width_m + 1.8, spec.bed_half_width_m + 0.6, np.abs(view.lateral))
+    # A clip texture's columns each keep one lateral position: one row of them is enough.
+    lateral = view.lateral if view.grid_steps is None else view.lateral[:1]
+    near_track = _smoothstep(spec.bed_half_width_m + 1.8, spec.bed_half_width_m + 0.6, np.abs(lateral))
     dirt_weight = np.maximum(_smoothstep(threshold - 0.3, threshold + 0.3, soil), 0.7 * near_track)
     _blend(grass, dirt, dirt_weight)
     return grass
