@@ -399,11 +399,10 @@ class ClipBackgrounds:
                                                    dtype=np.float32) * np.float32(self.spec.sensor_noise)
         dy, dx = render_rng(self.spec.palette_seed, RenderStream.SENSOR, *([frame] if frame else [])).integers(
             0, self._NOISE_SHIFT + 1, 2)
-        # OpenCV's passes: the same values as numpy's (rint, then clip: saturation rounds half to even too).
+        # OpenCV's passes: the same values as numpy's (rint, then clip: the saturating cast to uint8
+        # rounds half to even too).
         cv2.multiply(image, self._falloff, dst=image)
-        cv2.add(image, self._noise[dy:dy + h, dx:dx + w], dst=image)
-        cv2.max(image, 0.0, dst=image)
-        return cv2.convertScaleAbs(image)
+        return cv2.add(image, self._noise[dy:dy + h, dx:dx + w], dtype=cv2.CV_8U)
 
 
 def _texture_view(spec: BackgroundSpec, lateral: np.ndarray, along: np.ndarray, lateral_step: float,

@@ -138,3 +138,24 @@ def test_a_very_long_clip_gets_coarser_textures_within_remap_limits() -> None:
     clip = ClipBackgrounds(spec, 20_000.0)  # 1,000 frames at 72 km/h and 1 frame/s
     image = clip.render(TrackPose.along(spec.geometry, 20_000.0), 999)
     assert image.shape == (180, 320, 3) and image.std() > 1.0
+
+
+def test_the_clip_finish_rounds_and_saturates_as_numpy_does() -> None:
+    """The vignette, the sensor-noise window and the cast to uint8 through OpenCV's passes give numpy's
+    values: rounded half to even, clipped to 0-255 (the input runs past both ends)."""
+    spec = dataclasses.replace(scene(1, "ballasted", "normal", 0.0, width=64, height=36), sensor_noise=0.02)
+    clip = ClipBackgrounds(spec, 5.0)
+    rng = np.random.default_rng(3)
+    image = rng.uniform(-0.1, 1.1, (36, 64, 3)).astype(np.float32)
+    image.flat[:40] = (np.arange(40, dtype=np.float32) + 0.5) / 255  # exact halves before the noise
+    first = clip._finish(image.copy(), 1)  # draws the clip's noise pool
+    shifted = [(dy, dx) for dy in range(clip._NOISE_SHIFT + 1) for dx in range(clip._NOISE_SHIFT + 1)
+               if np.array_equal(first, _numpy_finish(clip, image, dy, dx))]
+    assert shifted, "no window of the noise pool gives numpy's values"
+    assert first.dtype == np.uint8 and first.min() == 0 and first.max() == 255
+
+
+def _numpy_finish(clip: ClipBackgrounds, image: np.ndarray, dy: int, dx: int) -> np.ndarray:
+    h, w = image.shape[:2]
+    out = image * clip._falloff + clip._noise[dy:dy + h, dx:dx + w]
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
