@@ -344,7 +344,11 @@ def learned_models(choice: str, path: Path | None) -> list[tuple[str, TrackAreaM
         model = TrackAreaModel(path) if path is not None else default_track_model()
         if model is None:
             sys.exit("no learned track model: give --model or train one (tools/train_track_model.py)")
-        runs.append((f"learned model on ({model.path.name})", model))
+        trained = model.info.get("trained_on_real")
+        held_out = "" if not trained else (
+            f"; trained on the {trained['split']} real frames too, the other split held out"
+            if trained["split"] in ("even", "odd") else "; trained on real frames too, none held out")
+        runs.append((f"learned model on ({model.path.name}{held_out})", model))
     return runs
 
 

@@ -67,6 +67,50 @@ def test_training_script_runs_end_to_end_and_its_onnx_loads_in_opencv(tmp_path):
     assert 0.0 <= prob.min() and prob.max() <= 1.0
 
 
+def _write_labelled_frames(folder: Path) -> None:
+    """Four small frames named by number (f_0 ... f_3): 0-2 with a labelled rail pair, 3 a null frame."""
+    folder.mkdir(parents=True)
+    labels = {}
+    for index in range(4):
+        image = np.full((90, 160, 3), 100, np.uint8)
+        label = {"left": [[60, 89], [78, 40]], "right": [[100, 89], [82, 40]]} if index < 3 else None
+        for rail in (label or {}).values():
+            cv2.line(image, tuple(rail[0]), tuple(rail[1]), (255, 255, 255), 2)
+        cv2.imwrite(str(folder / f"f_{index}.jpg"), image)
+        labels[f"f_{index}.jpg"] = label
+    (folder / "labels.json").write_text(json.dumps(labels))
+
+
+def test_training_on_labelled_real_frames_of_one_split_checks_only_the_other(tmp_path):
+    real = tmp_path / "real"
+    _write_labelled_frames(real)
+    out = tmp_path / "tiny.onnx"
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "train_track_model.py"), "--out", str(out),
+                             "--renders", "8", "--epochs", "1", "--size", "64x36", "--threads", "1",
+                             "--train-real", str(real), "--train-split", "even", "--real", str(real)],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    assert sidecar["trained_on_real"] == {"dirs": [str(real)], "split": "even", "frames": 2, "repeats": 8}
+    assert (sidecar["real_frames"], sidecar["real_null_frames"]) == (1, 1)  # f_1 and the null f_3: odd
+
+
+def test_training_loss_ignores_the_rows_a_real_label_does_not_cover():
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "tools"))
+    from train_track_model import dice_bce
+
+    target = torch.zeros(1, 1, 4, 6)
+    target[..., 2:, 2:4] = 1.0
+    target[..., :2, :] = -1.0  # not labelled
+    logits = torch.randn(1, 1, 4, 6)
+    changed = logits.clone()
+    changed[..., :2, :] += 5.0
+    assert torch.isclose(dice_bce(logits, target), dice_bce(changed, target))
+    changed[..., 3, 0] += 5.0  # a labelled background pixel called track: the loss grows
+    assert dice_bce(changed, target) > dice_bce(logits, target)
+
+
 def test_shipped_model_finds_the_ego_track_on_unseen_procedural_frames():
     model = default_track_model()
     assert model is not None, f"{DEFAULT_MODEL} is missing"

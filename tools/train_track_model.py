@@ -2,6 +2,7 @@
 
     python tools/train_track_model.py --out synrail/rail/models/track_area.onnx [--renders 3000]
         [--epochs N] [--seed 0] [--size 256x144] [--real DIR ...] [--threads 2] [--device cpu|cuda]
+        [--train-real DIR ... [--train-split even|odd] [--real-repeats 8]]
 
 Sim-to-real by strong domain randomisation: procedural scenes over wide camera ranges (height, pitch,
 field of view, curvature, off-centre cab cameras) are rendered once and kept in memory; every epoch
@@ -18,7 +19,11 @@ and its output against torch's), with a JSON sidecar (``<out>.json``) of its inp
 ``{"left": [[x, y], ...], "right": [[x, y], ...]}`` rail-head polylines in the frame's pixels, or
 ``null`` when no ego track is visible). After each epoch the IoU of the predicted area against the
 polygon between the polylines (on the rows both cover) is printed, averaged over labelled frames,
-with the mean predicted-area fraction on the null frames. Real frames are never trained on.
+with the mean predicted-area fraction on the null frames. Real frames are not trained on unless
+``--train-real DIR`` names them (the sidecar then says which): each labelled frame of its split is
+drawn ``--real-repeats`` times an epoch through the same photometric, geometric, hood, night and HUD
+randomisation (no pastes from renders), with no loss on the rows its label does not cover; ``--real``
+then checks only the frames of the other split.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.rail import in_split  # noqa: E402
 from synrail.sources.procedural_backgrounds import (  # noqa: E402
     CONDITIONS,
     TRACK_TYPES,
@@ -136,22 +142,29 @@ def _photometric(width: int) -> A.Compose:
 class Randomiser:
     """Draws one randomised (image, target) from a cached render; deterministic per (seed, epoch, index)."""
 
-    def __init__(self, images: np.ndarray, masks: np.ndarray, seed: int, neighbour_copies: float = 0.0) -> None:
+    def __init__(self, images: np.ndarray, masks: np.ndarray, seed: int, neighbour_copies: float = 0.0,
+                 pastes: bool = True) -> None:
         self.images, self.masks, self.seed = images, masks, seed
         self.neighbour_copies = neighbour_copies
+        self.pastes = pastes  # distractor tracks and textures from other renders (renders only)
         self.height, self.width = images.shape[1:3]
         self.photometric = _photometric(self.width)
 
-    def __call__(self, index: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        """RGB uint8 H x W x 3 and a float32 H x W target in [0, 1]."""
+    def __call__(self, index: int, epoch: int, count: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """RGB uint8 H x W x 3 and a float32 H x W target in [0, 1] (negative: not labelled, no loss).
+
+        ``count``: the number of images, when ``index`` runs over several repeats of them.
+        """
         rng = np.random.default_rng([self.seed, 2, epoch, index])
+        if count is not None:
+            index %= count
         image = self.images[index].copy()
         mask = self.masks[index].astype(np.float32)
         if self.neighbour_copies and rng.random() < self.neighbour_copies:  # no draw when off: same stream
             self._neighbours(image, mask, rng)
-        if rng.random() < 0.3:
+        if self.pastes and rng.random() < 0.3:
             self._distractor(image, mask, rng)
-        if rng.random() < 0.45:
+        if self.pastes and rng.random() < 0.45:
             self._texture(image, mask, rng)
         image, mask = self._geometric(image, mask, rng)
         if rng.random() < 0.3:
@@ -333,14 +346,22 @@ class Randomiser:
 
 
 class _TrainSet(torch.utils.data.Dataset):
-    def __init__(self, randomiser: Randomiser, indices: np.ndarray) -> None:
+    """The renders' training indices, then (when given) each labelled real frame ``real_repeats`` times."""
+
+    def __init__(self, randomiser: Randomiser, indices: np.ndarray, real: Randomiser | None = None,
+                 real_repeats: int = 0) -> None:
         self.randomiser, self.indices, self.epoch = randomiser, indices, 0
+        self.real, self.real_count = real, (len(real.images) * real_repeats if real is not None else 0)
 
     def __len__(self) -> int:
-        return len(self.indices)
+        return len(self.indices) + self.real_count
 
     def __getitem__(self, item: int) -> tuple[torch.Tensor, torch.Tensor]:
-        image, mask = self.randomiser(int(self.indices[item]), self.epoch)
+        if item < len(self.indices):
+            image, mask = self.randomiser(int(self.indices[item]), self.epoch)
+        else:  # each repeat draws its own randomisation (the stream is keyed by the item)
+            assert self.real is not None
+            image, mask = self.real(item - len(self.indices), self.epoch, len(self.real.images))
         return torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1), torch.from_numpy(mask)[None]
 
 
@@ -406,9 +427,16 @@ class TrackAreaNet(nn.Module):
 
 
 def dice_bce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """BCE plus soft Dice (per image, averaged)."""
-    bce = F.binary_cross_entropy_with_logits(logits, target)
-    prob = torch.sigmoid(logits)
+    """BCE plus soft Dice (per image, averaged); target pixels below 0 (a real frame's rows its label
+    does not cover) take no part."""
+    if bool((target < 0).any()):
+        valid = (target >= 0).float()
+        target = target.clamp(min=0)
+        bce = F.binary_cross_entropy_with_logits(logits, target, weight=valid, reduction="sum") / valid.sum()
+        prob = torch.sigmoid(logits) * valid
+    else:
+        bce = F.binary_cross_entropy_with_logits(logits, target)
+        prob = torch.sigmoid(logits)
     inter = (prob * target).sum(dim=(1, 2, 3))
     total = prob.sum(dim=(1, 2, 3)) + target.sum(dim=(1, 2, 3))
     dice = 1 - (2 * inter + 1) / (total + 1)
@@ -454,14 +482,44 @@ def label_area(label: dict, height: int, width: int) -> tuple[np.ndarray, np.nda
     return area, rows
 
 
+def real_training_frames(folders: list[Path], width: int, height: int, split: str | None
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """The labelled real frames of ``split`` (``benchmarks/rail.py``'s: the last number of the name even or
+    odd; None: all) at the model's input size: RGB uint8 N x H x W x 3 and float32 targets, 1 between the
+    rails and 0 beside them on the rows the label covers, -1 (no loss) on the rows it does not; a null
+    frame's target is 0 everywhere."""
+    images, targets = [], []
+    for folder in folders:
+        for name, label in sorted(json.loads((folder / "labels.json").read_text()).items()):
+            frame = cv2.imread(str(folder / name), cv2.IMREAD_COLOR)
+            if frame is None or not in_split(name, split):
+                continue
+            small = cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
+            images.append(cv2.cvtColor(small, cv2.COLOR_BGR2RGB))
+            target = np.zeros((height, width), np.float32)
+            if label is not None:
+                sx, sy = width / frame.shape[1], height / frame.shape[0]
+                scaled = {side: [[x * sx, y * sy] for x, y in label[side]] for side in ("left", "right")}
+                area, rows = label_area(scaled, height, width)
+                target[area] = 1.0
+                target[~rows.any(axis=1)] = -1.0
+            targets.append(target)
+    if not images:
+        return np.zeros((0, height, width, 3), np.uint8), np.zeros((0, height, width), np.float32)
+    return np.stack(images), np.stack(targets)
+
+
 class RealCheck:
     """Real labelled frames, preloaded at the model's input size; IoU on labelled rows, area on null frames."""
 
-    def __init__(self, folders: list[Path], width: int, height: int) -> None:
+    def __init__(self, folders: list[Path], width: int, height: int, skip_split: str | None = None) -> None:
+        """``skip_split``: frames of this split are left out (they were trained on); None: none."""
         self.names, self.inputs, self.labels, self.shapes = [], [], [], []
         for folder in folders:
             labels = json.loads((folder / "labels.json").read_text())
             for name, label in sorted(labels.items()):
+                if skip_split is not None and in_split(name, skip_split):
+                    continue
                 frame = cv2.imread(str(folder / name), cv2.IMREAD_COLOR)
                 if frame is None:
                     continue
@@ -547,6 +605,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--neighbour-copies", type=float, default=0.0,
                         help="share of samples given perspective copies of the ego track beside it (0.5 gave real "
                              "IoU 0.628 against 0.656 without, 18 epochs: off by default)")
+    parser.add_argument("--train-real", type=Path, action="append", default=[],
+                        help="folder of labelled real frames (labels.json) to train on beside the renders "
+                             "(repeatable; off by default: the shipped model is trained on renders only)")
+    parser.add_argument("--train-split", choices=["even", "odd"], default=None,
+                        help="train only on the --train-real frames of this split (benchmarks/rail.py --split); "
+                             "--real then checks the frames of the other split only")
+    parser.add_argument("--real-repeats", type=int, default=8,
+                        help="times each --train-real frame is drawn per epoch (each with its own randomisation)")
     parser.add_argument("--cache", type=Path, default=None, help="folder for an npz of the renders")
     parser.add_argument("--workers", type=int, default=None, help="augmentation processes (default: 1 if threads > 1)")
     args = parser.parse_args(argv)
@@ -564,14 +630,24 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"rendered {args.renders} scenes at {width}x{height} in {rendered:.0f} s "
           f"({len(train_indices)} train, {val_count} val)", flush=True)
 
-    real = RealCheck(args.real, width, height) if args.real else None
+    trained_split = (args.train_split or "all") if args.train_real else None
+    skip = None if trained_split is None else args.train_split
+    if trained_split == "all" and set(args.real) & set(args.train_real):
+        print("warning: --real checks frames that --train-real trains on", flush=True)
+    real = RealCheck(args.real, width, height, skip_split=skip) if args.real else None
     if real is not None:
         print(f"real check: {len(real)} frames from {', '.join(map(str, args.real))}", flush=True)
 
     model = TrackAreaNet(height, width).to(args.device)
     params = sum(p.numel() for p in model.parameters())
     print(f"model: {params} parameters", flush=True)
-    dataset = _TrainSet(Randomiser(images, masks, args.seed, args.neighbour_copies), train_indices)
+    real_images, real_targets = real_training_frames(args.train_real, width, height, args.train_split)
+    if args.train_real:
+        print(f"training on {len(real_images)} labelled real frames ({trained_split}) x {args.real_repeats} "
+              f"beside the renders", flush=True)
+    real_set = Randomiser(real_images, real_targets, args.seed + 1, pastes=False) if len(real_images) else None
+    dataset = _TrainSet(Randomiser(images, masks, args.seed, args.neighbour_copies), train_indices,
+                        real_set, args.real_repeats)
     workers = args.workers if args.workers is not None else (1 if args.threads > 1 and len(train_indices) > 64 else 0)
     loader = torch.utils.data.DataLoader(
         dataset, batch_size=args.batch, shuffle=True, drop_last=len(train_indices) >= args.batch,
@@ -635,6 +711,8 @@ def main(argv: list[str] | None = None) -> dict:
         "real_null_area": real_result["null_area"] if real_result else None,
         "real_null_frames": real_result["null_frames"] if real_result else None,
         "real_dirs": [str(p) for p in args.real],
+        "trained_on_real": {"dirs": [str(p) for p in args.train_real], "split": trained_split,
+                            "frames": int(len(real_images)), "repeats": args.real_repeats} if args.train_real else None,
         "render_seconds": round(rendered, 1), "training_seconds": round(train_seconds, 1),
         "threads": args.threads, "device": args.device,
         "history": history,
