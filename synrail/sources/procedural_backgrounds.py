@@ -467,7 +467,7 @@ def _blend(base: np.ndarray, colour: np.ndarray, weight: np.ndarray) -> None:
         weight = weight[tuple(block)]
         if colour.ndim == 3:
             colour = colour[tuple(part if size > 1 else slice(None)
-                                  for part, size in zip(block, colour.shape[:2]))]
+                                  for part, size in zip(block, colour.shape[:2], strict=True))]
     base += (colour - base) * weight[..., None].astype(np.float32)
 
 
