@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from synrail.rail.geometry import CameraGeometry, TrackPose
-from synrail.randomness import RenderStream, render_rng
+from synrail.randomness import RenderStream, render_rng, table_normals
 
 TRACK_TYPES = ("ballasted", "ballastless")
 CONDITIONS = ("normal", "overcast", "fog", "dusk")
@@ -384,9 +384,10 @@ class ClipBackgrounds:
     def _finish(self, image: np.ndarray, frame: int) -> np.ndarray:
         """``_finish``'s vignette and quantisation; the sensor noise is a window of one per-clip draw.
 
-        Drawing 2.8 million normals costs more than the rest of a frame, so the clip draws them once,
-        a little larger than a frame, and each frame takes a window at an offset of its own draw:
-        within a frame the noise is the same white noise, between frames it is shifted.
+        Drawing 2.8 million normals costs more than the rest of a frame, so the clip draws them once
+        (from a table of quantiles, ``table_normals``), a little larger than a frame, and each frame
+        takes a window at an offset of its own draw: within a frame the noise is the same white
+        noise, between frames it is shifted.
         """
         h, w = image.shape[:2]
         if self._noise is None:
@@ -395,8 +396,8 @@ class ClipBackgrounds:
             falloff = (1 - np.float32(self.spec.vignette / 2) * (u * u + v * v)) * np.float32(255)
             self._falloff = np.repeat(falloff[..., None], 3, axis=2)  # OpenCV multiplies channel by channel
             pool_rng = render_rng(self.spec.palette_seed, RenderStream.SENSOR, self._NOISE_POOL_KEY)
-            self._noise = pool_rng.standard_normal((h + self._NOISE_SHIFT, w + self._NOISE_SHIFT, 3),
-                                                   dtype=np.float32) * np.float32(self.spec.sensor_noise)
+            self._noise = table_normals(pool_rng, (h + self._NOISE_SHIFT, w + self._NOISE_SHIFT, 3))
+            self._noise *= np.float32(self.spec.sensor_noise)
         dy, dx = render_rng(self.spec.palette_seed, RenderStream.SENSOR, *([frame] if frame else [])).integers(
             0, self._NOISE_SHIFT + 1, 2)
         # OpenCV's passes: the same values as numpy's (rint, then clip: the saturating cast to uint8

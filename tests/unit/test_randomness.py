@@ -1,7 +1,16 @@
 import numpy as np
 import pytest
 
-from synrail.randomness import RenderStream, SplitPlan, Stream, image_rng, procedural_obstacle_rng, render_rng, rng_for
+from synrail.randomness import (
+    RenderStream,
+    SplitPlan,
+    Stream,
+    image_rng,
+    procedural_obstacle_rng,
+    render_rng,
+    rng_for,
+    table_normals,
+)
 
 
 def draws(rng: np.random.Generator) -> tuple[int, ...]:
@@ -35,3 +44,13 @@ def test_video_segmenter_prompts_no_longer_share_the_split_plans_keys():
     split_keys = {draws(rng_for(0, Stream.SPLIT, k)) for k in (0, 1, 2, 3, 100)}
     prompt_keys = {draws(rng_for(0, Stream.VIDEO_SEGMENTER_PROMPTS, frame)) for frame in (0, 1, 2, 3, 100)}
     assert not split_keys & prompt_keys
+
+
+def test_table_normals_are_standard_normal_and_repeatable():
+    draws = table_normals(np.random.default_rng(5), (400, 500))
+    assert draws.dtype == np.float32 and draws.shape == (400, 500)
+    assert abs(float(draws.mean())) < 0.01 and abs(float(draws.std()) - 1) < 0.01
+    # The normal's shape, not just its moments: the share within one and two standard deviations.
+    assert abs(float(np.mean(np.abs(draws) < 1)) - 0.6827) < 0.005
+    assert abs(float(np.mean(np.abs(draws) < 2)) - 0.9545) < 0.003
+    assert np.array_equal(draws, table_normals(np.random.default_rng(5), (400, 500)))
