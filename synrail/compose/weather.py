@@ -33,10 +33,10 @@ from typing import Protocol
 
 import cv2
 import numpy as np
-from scipy.special import ndtri
 
 from synrail.compose.weather_config import ADVERSE_BACKGROUNDS, WEATHER_CONDITIONS, WeatherConfig
 from synrail.rail.geometry import CameraGeometry
+from synrail.randomness import normal_quantiles
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # else its import asks PyPI for a newer version
 import albumentations as A  # noqa: E402
@@ -188,12 +188,7 @@ class SensorNoise(A.ImageOnlyTransform):
         return add_gaussian_noise(img, self.std * 255, self.random_generator)
 
 
-def _gaussian_quantiles(levels: int = 65536) -> np.ndarray:
-    return ndtri((np.arange(levels) + 0.5) / levels).astype(np.float32)
-
-
-_BYTE_QUANTILES = _gaussian_quantiles(256)  # the middle of each 256th of the normal's probability
-_BYTE_QUANTILES /= _BYTE_QUANTILES.std()  # unit variance (the cut tails took 1 % of it)
+_BYTE_QUANTILES = normal_quantiles(256)  # the middle of each 256th of the normal's probability, unit variance
 
 
 def add_gaussian_noise(img: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
