@@ -312,6 +312,8 @@ class ClipBackgrounds:
         self._sky = (_render_sky(spec, self._first_row, render_rng(spec.palette_seed, RenderStream.SKY))
                      if self._first_row > 0 else None)
         self._props = _PropSprites(spec, self._mask, max_advance_m, self._clutter_cache)
+        self._canopy = (_treeline_canopy(spec, render_rng(spec.palette_seed, RenderStream.CLUTTER))
+                        if spec.treeline_distance_m > 0 else None)
         self._bands: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, float]] = []
         if self._first_row >= g.height:
             return
@@ -371,8 +373,8 @@ class ClipBackgrounds:
             cv2.multiply(ground, self._transmission, dst=ground)
             cv2.add(ground, self._airlight, dst=ground)
         painter = _Painter(self.spec, self._mask, pose, self._clutter_cache)
-        if self.spec.treeline_distance_m > 0:  # far behind everything: first
-            _draw_treeline(painter, render_rng(self.spec.palette_seed, RenderStream.CLUTTER))
+        if self._canopy is not None:  # far behind everything: first
+            _draw_treeline(painter, canopy=self._canopy)
             _composite_layer(image, painter.layer, self._mask)
         self._props.composite(image, painter, self._mask)
         if self._props.mast_z.size:
@@ -1303,18 +1305,34 @@ def _scaled_shape(shape: _Shape, anchor: np.ndarray, scale: float, origin: np.nd
     return _Shape(shape.kind, points, shape.colour, max(1, round(shape.thickness * scale)), shape.grain)
 
 
-def _draw_treeline(painter: _Painter, rng: np.random.Generator) -> None:
-    """A distant forest edge at constant Z, its canopy a row of round crowns with clearings."""
-    g, spec = painter.g, painter.spec
-    # Its random draws follow the first frame's view, so that a clip's later frames draw the same
-    # treeline, and the same props after it, from the same stream; a moved camera sees it nearer.
+def _treeline_canopy(spec: BackgroundSpec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray] | None:
+    """The treeline's canopy height per image column (m) and its foliage texture, drawn from ``rng``
+    as the first frame sees them; None when the treeline shows no rows.
+
+    The draws follow the first frame's view, so that a clip's later frames draw the same treeline,
+    and the same props after it, from the same stream; a moved camera sees it nearer.
+    """
+    g = spec.geometry
     first_depth = spec.treeline_distance_m
-    depth = first_depth - (painter.pose.advance_m if painter.pose else 0.0)  # far: the turn is ignored
     heights = _treeline_heights(g.width, g.focal_px / first_depth, rng)
     first, last, _, _ = _treeline_rows(g, heights, first_depth, float(g.project(0.0, 0.0, first_depth)[1]))
     if first >= last:
-        return
-    texture = rng.uniform(0.75, 1.05, (max(1, (last - first) // 2), max(1, g.width // 2)))
+        return None
+    return heights, rng.uniform(0.75, 1.05, (max(1, (last - first) // 2), max(1, g.width // 2)))
+
+
+def _draw_treeline(painter: _Painter, rng: np.random.Generator | None = None,
+                   canopy: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+    """A distant forest edge at constant Z, its canopy a row of round crowns with clearings: drawn
+    from ``rng`` (``_treeline_canopy``), or the ``canopy`` a clip drew once."""
+    g, spec = painter.g, painter.spec
+    if canopy is None:
+        assert rng is not None
+        canopy = _treeline_canopy(spec, rng)
+        if canopy is None:
+            return
+    heights, texture = canopy
+    depth = spec.treeline_distance_m - (painter.pose.advance_m if painter.pose else 0.0)  # far: the turn is ignored
     foot_v = float(painter.project(0.0, 0.0, depth)[1])
     first, last, top_v, foot_v = _treeline_rows(g, heights, depth, foot_v)
     if first >= last:
