@@ -1268,9 +1268,12 @@ class _PropSprites:
                                 borderMode=cv2.BORDER_CONSTANT, borderValue=0)
         if _box_sum(painter._mask_sum, u0, v0, u1, v1):  # the track area stays clear
             placed *= ~mask[v0:v1, u0:u1, None]
-        # Fogged as ``_Painter.final_colour`` fogs: t * lit + (1 - t) * fog, premultiplied.
-        t = transmission
-        coloured = cv2.transform(placed, np.hstack([t * np.eye(3), ((1 - t) * self._fog)[:, None]]))
+        # Fogged as ``_Painter.final_colour`` fogs: t * lit + (1 - t) * fog, premultiplied. Channel
+        # conversions and per-channel products, not cv2.transform: several times faster here.
+        alpha = placed[..., 3]
+        fog = cv2.multiply(cv2.cvtColor(np.ascontiguousarray(alpha), cv2.COLOR_GRAY2BGR),
+                           (*((1 - transmission) * self._fog).tolist(), 0.0))
+        coloured = cv2.scaleAdd(cv2.cvtColor(placed, cv2.COLOR_BGRA2BGR), transmission, fog)
         if level.leaves is not None:
             grain = cv2.warpAffine(level.leaves, warp, size, flags=cv2.INTER_LINEAR,
                                    borderMode=cv2.BORDER_CONSTANT, borderValue=0)
@@ -1278,11 +1281,8 @@ class _PropSprites:
             grain += 1
             coloured *= grain[..., None]
         region = image[v0:v1, u0:u1]
-        region *= cv2.transform(placed, _UNDER_ALPHA)
+        region *= cv2.cvtColor(1 - alpha, cv2.COLOR_GRAY2BGR)
         region += coloured
-
-
-_UNDER_ALPHA = np.array([[0, 0, 0, -1, 1]] * 3, dtype=np.float64)  # BGRA -> (1 - A) in three channels
 
 
 def _unit_float(image: np.ndarray) -> np.ndarray:
