@@ -555,10 +555,11 @@ class _SmoothNoise:
 
     def _sample_grid(self, x: np.ndarray, y: np.ndarray, wavelength: float, angle: float,
                      shift: np.ndarray) -> np.ndarray:
-        """``_sample`` on a regular grid: at 8+ points per wavelength on a grid 2^k times coarser,
-        then bicubic-interpolated back (a smooth field: the same noise, far fewer lattice lookups)."""
+        """``_sample`` on a regular grid: at 4+ points per wavelength on a grid 2^k times coarser,
+        then bicubic-interpolated back (a smooth field: the same noise, far fewer lattice lookups;
+        8+ points gave the clip test scenes' SSIM at most 0.001 more for 8 % more shading time)."""
         assert self._grid_steps is not None
-        steps = [max(1, min(64, 2 ** math.floor(math.log2(max(wavelength / (8 * step), 1.0)))))
+        steps = [max(1, min(64, 2 ** math.floor(math.log2(max(wavelength / (4 * step), 1.0)))))
                  for step in self._grid_steps]
         if steps == [1, 1]:
             return self._sample(x, y, wavelength, angle, shift)
