@@ -471,7 +471,7 @@ def _blend(base: np.ndarray, colour: np.ndarray, weight: np.ndarray) -> None:
         if colour.ndim == 3:
             colour = colour[tuple(part if size > 1 else slice(None)
                                   for part, size in zip(block, colour.shape[:2], strict=True))]
-    base += (colour - base) * weight[..., None].astype(np.float32)
+    base += (colour - base) * weight[..., None].astype(np.float32, copy=False)
 
 
 def _interval_coverage(x: np.ndarray, width: np.ndarray, lo: np.ndarray | float,
@@ -1283,7 +1283,7 @@ class _PropSprites:
                                    borderMode=cv2.BORDER_CONSTANT, borderValue=0)
             grain *= self._grain[v0:v1, u0:u1]
             grain += 1
-            coloured *= grain[..., None]
+            cv2.multiply(coloured, cv2.cvtColor(grain, cv2.COLOR_GRAY2BGR), dst=coloured)
         region = image[v0:v1, u0:u1]
         region *= cv2.cvtColor(1 - alpha, cv2.COLOR_GRAY2BGR)
         region += coloured
