@@ -1149,8 +1149,9 @@ def _composite_over(base: np.ndarray, top: np.ndarray) -> None:
 
 @dataclass(frozen=True)
 class _Sprite:
-    """One prop drawn once for a clip, at a pyramid of scales: premultiplied BGRA in [0, 1], lit but not
-    fogged, and the strength of its foliage grain (``_Painter.leaves`` / 255)."""
+    """One prop drawn once for a clip, at a pyramid of scales: premultiplied BGRA (0-255), lit but not
+    fogged, and the strength of its foliage grain (``_Painter.leaves``, 0-255). Kept in bytes: a
+    sprite drawn at up to three times its first size is large, and a frame resamples it anyway."""
 
     anchor: tuple[float, float, float]     # the world point it grows about
     pixels_per_m: float                    # at the anchor, in frame 0
@@ -1160,8 +1161,8 @@ class _Sprite:
 
 class _SpriteLevel(NamedTuple):
     scale: float               # against frame 0
-    colour: np.ndarray         # h x w x 4 float32
-    leaves: np.ndarray | None  # h x w float32, or None (no foliage)
+    colour: np.ndarray         # h x w x 4 uint8
+    leaves: np.ndarray | None  # h x w uint8, or None (no foliage)
     origin: np.ndarray         # the anchor's pixel in it
 
 
@@ -1227,8 +1228,7 @@ class _PropSprites:
             painter._draw_shape(colour, moved, moved.colour, fixed)
             if shape.grain:
                 painter._draw_shape(leaves, moved, round(255 * shape.grain), fixed)
-        strength = _unit_float(leaves) if leaves.any() else None
-        levels = [_SpriteLevel(scale, _unit_float(colour), strength, origin)]
+        levels = [_SpriteLevel(scale, colour, leaves if leaves.any() else None, origin)]
         while levels[-1].scale > 1.5 and min(levels[-1].colour.shape[:2]) >= 8:
             last = levels[-1]
             levels.append(_SpriteLevel(last.scale / 2, cv2.pyrDown(last.colour),
@@ -1268,8 +1268,8 @@ class _PropSprites:
             return
         size = (u1 - u0, v1 - v0)
         warp = np.array([[factor, 0, top_left[0] - u0], [0, factor, top_left[1] - v0]])
-        placed = cv2.warpAffine(level.colour, warp, size, flags=cv2.INTER_LINEAR,
-                                borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+        placed = _unit_float(cv2.warpAffine(level.colour, warp, size, flags=cv2.INTER_LINEAR,
+                                            borderMode=cv2.BORDER_CONSTANT, borderValue=0))
         if _box_sum(painter._mask_sum, u0, v0, u1, v1):  # the track area stays clear
             placed *= ~mask[v0:v1, u0:u1, None]
         # Fogged as ``_Painter.final_colour`` fogs: t * lit + (1 - t) * fog, premultiplied. Channel
@@ -1279,8 +1279,8 @@ class _PropSprites:
                            (*((1 - transmission) * self._fog).tolist(), 0.0))
         coloured = cv2.scaleAdd(cv2.cvtColor(placed, cv2.COLOR_BGRA2BGR), transmission, fog)
         if level.leaves is not None:
-            grain = cv2.warpAffine(level.leaves, warp, size, flags=cv2.INTER_LINEAR,
-                                   borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+            grain = _unit_float(cv2.warpAffine(level.leaves, warp, size, flags=cv2.INTER_LINEAR,
+                                               borderMode=cv2.BORDER_CONSTANT, borderValue=0))
             grain *= self._grain[v0:v1, u0:u1]
             grain += 1
             cv2.multiply(coloured, cv2.cvtColor(grain, cv2.COLOR_GRAY2BGR), dst=coloured)
