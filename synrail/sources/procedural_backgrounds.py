@@ -317,7 +317,7 @@ class ClipBackgrounds:
         self._bands: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, float]] = []
         if self._first_row >= g.height:
             return
-        view = _ground_view(g, self._first_row)
+        view = _ground_view(g, self._first_row, texel=False)
         transmission = spec.transmission(view.distance).astype(np.float32)[..., None]
         self._transmission = np.repeat(transmission, 3, axis=2)  # OpenCV multiplies channel by channel
         self._airlight = _colour(spec.fog_colour_bgr, 1 / 255) * (1 - transmission)
@@ -661,7 +661,10 @@ class _GroundView:
     grid_steps: tuple[float, float] | None = None  # a clip texture's (along, lateral) spacing, metres
 
 
-def _ground_view(g: CameraGeometry, first_row: int, pose: TrackPose | None = None) -> _GroundView:
+def _ground_view(g: CameraGeometry, first_row: int, pose: TrackPose | None = None,
+                 texel: bool = True) -> _GroundView:
+    """Per-pixel ground coordinates of the rows from ``first_row`` down, seen from ``pose``; ``texel``
+    False leaves out the footprint sizes that filter the noise (a clip's frame view samples textures)."""
     rows = np.arange(first_row, g.height, dtype=np.float64)[:, None]
     cols = np.arange(g.width, dtype=np.float64)[None, :]
     x, z = g.ground_point(cols, rows)
@@ -680,7 +683,7 @@ def _ground_view(g: CameraGeometry, first_row: int, pose: TrackPose | None = Non
     return _GroundView(
         x=x32, z=z32, world_x=world_x, world_z=world_z,
         distance=np.sqrt(x * x + z * z + g.height_m**2).astype(np.float32),
-        texel=_texel_size(x, z), lateral=lateral, along=along,
+        texel=_texel_size(x, z) if texel else np.empty(0, dtype=np.float32), lateral=lateral, along=along,
         lateral_filter=_AA_FILTER * (lateral_u + lateral_v) + 1e-6,
         along_filter=_AA_FILTER * (along_u + along_v) + 1e-6)
 
