@@ -455,8 +455,9 @@ def _smoothstep(edge0: np.ndarray | float, edge1: np.ndarray | float, x: np.ndar
 def _blend(base: np.ndarray, colour: np.ndarray, weight: np.ndarray) -> None:
     """In place: base <- base + (colour - base) * weight, weight being H x W (or broadcasting to it).
 
-    On a clip texture's block (``base`` rows x columns x 3) only the rows and columns where the weight
-    is not zero are blended: a rail's or a fastener's coverage spans a few columns of a wide block.
+    On an image or a clip texture's block (``base`` rows x columns x 3) only the rows and columns where
+    the weight is not zero are blended (elsewhere the blend leaves ``base`` as it is): a rail's or a
+    fastener's coverage spans a few columns of a wide block.
     """
     if base.ndim == 3 and weight.ndim == 2:
         block = []
