@@ -312,8 +312,6 @@ class ClipBackgrounds:
         self._sky = (_render_sky(spec, self._first_row, render_rng(spec.palette_seed, RenderStream.SKY))
                      if self._first_row > 0 else None)
         self._props = _PropSprites(spec, self._mask, max_advance_m, self._clutter_cache)
-        self._canopy = (_treeline_canopy(spec, render_rng(spec.palette_seed, RenderStream.CLUTTER))
-                        if spec.treeline_distance_m > 0 else None)
         self._bands: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, float]] = []
         if self._first_row >= g.height:
             return
@@ -373,8 +371,8 @@ class ClipBackgrounds:
             cv2.multiply(ground, self._transmission, dst=ground)
             cv2.add(ground, self._airlight, dst=ground)
         painter = _Painter(self.spec, self._mask, pose, self._clutter_cache)
-        if self._canopy is not None:  # far behind everything: first
-            _draw_treeline(painter, canopy=self._canopy)
+        if self._props.canopy is not None:  # far behind everything: first
+            _draw_treeline(painter, canopy=self._props.canopy)
             _composite_layer(image, painter.layer, self._mask)
         self._props.composite(image, painter, self._mask)
         if self._props.mast_z.size:
@@ -1193,8 +1191,9 @@ class _PropSprites:
         self.spec = spec
         painter = _Painter(spec, mask, fogged=False, cache=cache)
         rng = render_rng(spec.palette_seed, RenderStream.CLUTTER)
-        if spec.treeline_distance_m > 0:  # its draws come first in the stream, as in every frame
-            _draw_treeline(painter, rng)
+        # The treeline's draws come first in the stream, as in every still; the clip's frames draw it
+        # from this canopy.
+        self.canopy = _treeline_canopy(spec, rng) if spec.treeline_distance_m > 0 else None
         self.mast_z, props = _standing_props(painter, rng)
         nearest = _Painter(spec, mask, TrackPose.along(spec.geometry, max_advance_m), cache=cache)
         self.sprites = [sprite for prop in props if (sprite := self._sprite(painter, nearest, prop)) is not None]
