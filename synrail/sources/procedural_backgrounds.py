@@ -31,6 +31,8 @@ from numpy.typing import ArrayLike
 from synrail.rail.geometry import CameraGeometry, TrackPose
 from synrail.randomness import RenderStream, render_rng, table_normals
 
+IntOrArray = int | np.ndarray
+
 TRACK_TYPES = ("ballasted", "ballastless")
 CONDITIONS = ("normal", "overcast", "fog", "dusk")
 
@@ -1074,9 +1076,7 @@ class _Painter:
         v0 = np.clip(np.floor(safe[:, 1]) - self._MARGIN, 0, self.g.height).astype(np.int64)
         u1 = np.clip(np.ceil(safe[:, 2]) + self._MARGIN + 1, 0, self.g.width).astype(np.int64)
         v1 = np.clip(np.ceil(safe[:, 3]) + self._MARGIN + 1, 0, self.g.height).astype(np.int64)
-        s = self._mask_sum
-        inside = s[v1, u1] - s[v0, u1] - s[v1, u0] + s[v0, u0]
-        return ~finite | ((u0 < u1) & (v0 < v1) & (inside > 0))
+        return ~finite | ((u0 < u1) & (v0 < v1) & (_box_sum(self._mask_sum, u0, v0, u1, v1) > 0))
 
     def _fixed(self, shape: _Shape) -> np.ndarray:
         """The shape's points in OpenCV's fixed point (``_SHIFT`` fractional bits)."""
@@ -1136,7 +1136,7 @@ def _composite_layer(image: np.ndarray, layer: np.ndarray, mask: np.ndarray) -> 
         part = layer[window]
         part[mask[window]] = 0
         # Channel conversions of the unit-scaled layer: numpy's values (x / 255 in float32), fewer passes.
-        unit = cv2.multiply(part, 1 / 255, dtype=cv2.CV_32F)
+        unit = _unit_float(part)
         region = image[window]
         region *= cv2.cvtColor(1 - unit[..., 3], cv2.COLOR_GRAY2BGR)
         region += cv2.cvtColor(unit, cv2.COLOR_BGRA2BGR)
@@ -1297,9 +1297,10 @@ def _unit_float(image: np.ndarray) -> np.ndarray:
     return cv2.multiply(image, 1 / 255, dtype=cv2.CV_32F)
 
 
-def _box_sum(integral: np.ndarray, u0: int, v0: int, u1: int, v1: int) -> int:
-    """Sum of the image behind ``integral`` (``cv2.integral``) over columns u0:u1 and rows v0:v1."""
-    return int(integral[v1, u1] - integral[v0, u1] - integral[v1, u0] + integral[v0, u0])
+def _box_sum(integral: np.ndarray, u0: IntOrArray, v0: IntOrArray, u1: IntOrArray, v1: IntOrArray) -> IntOrArray:
+    """Sum of the image behind ``integral`` (``cv2.integral``) over columns u0:u1 and rows v0:v1 (one
+    box, or arrays of them)."""
+    return integral[v1, u1] - integral[v0, u1] - integral[v1, u0] + integral[v0, u0]
 
 
 def _scaled_shape(shape: _Shape, anchor: np.ndarray, scale: float, origin: np.ndarray) -> _Shape:
@@ -1508,11 +1509,9 @@ def _draw_wires(painter: _Painter, mast_z: np.ndarray, layer: np.ndarray) -> Non
         reach = thickness / 2
         low = np.minimum(start, stop) - reach[:, None]
         high = np.maximum(start, stop) + reach[:, None]
-        # A point behind the camera projects to NaN: its segments are not drawn.
-        finite = np.isfinite(ends).all(axis=1)
+        # A point behind the camera projects to NaN: its segments' boxes count as touching the track.
         fixed = np.round(np.clip(np.nan_to_num(ends), -1e5, 1e5) * scale).astype(np.int32)
-        drawn = finite[:-1] & finite[1:] & ~painter.touches_track(np.hstack([low, high]))
-        for i in np.flatnonzero(drawn):
+        for i in np.flatnonzero(~painter.touches_track(np.hstack([low, high]))):
             cv2.line(layer, (int(fixed[i, 0]), int(fixed[i, 1])), (int(fixed[i + 1, 0]), int(fixed[i + 1, 1])),
                      colours[i], int(thickness[i]), cv2.LINE_AA, painter._SHIFT)
 
