@@ -734,10 +734,8 @@ def _grid_track_band(view: _GroundView, track_offset_m: float, reach_m: float, t
     """``_track_band`` on a clip texture's grid: each column keeps one lateral position and each row one
     position along the track, so the band is a block of columns and its coverages by lateral position
     (rails, fasteners, sleeper ends) cost one row, those along the track (sleepers) one column."""
-    lateral = view.lateral[:1] - track_offset_m
-    inside = np.flatnonzero(np.abs(lateral[0]) < reach_m + view.lateral_filter[0])
-    columns = slice(int(inside[0]), int(inside[-1]) + 1) if inside.size else slice(0, 0)
-    lateral = lateral[:, columns]
+    columns = _band_columns(view, track_offset_m, reach_m)
+    lateral = view.lateral[:1, columns] - track_offset_m
     # The world X of the track's centreline on each row: any column's X less its lateral position.
     centreline_x = (view.x[:, :1] - (view.lateral[:, :1] - track_offset_m)).astype(np.float32)
     return _TrackBand(pixels=(slice(None), columns), lateral=lateral, centreline_x=centreline_x,
@@ -784,19 +782,20 @@ def _shade_ground(spec: BackgroundSpec, view: _GroundView, rng: np.random.Genera
     return lit
 
 
+def _band_columns(view: _GroundView, track_offset_m: float, reach_m: float) -> slice:
+    """The columns of a clip texture's grid (each one lateral position) within ``reach_m`` of the
+    track at ``track_offset_m``, widened by the anti-aliasing filter (beyond them every coverage is zero)."""
+    inside = np.flatnonzero(np.abs(view.lateral[0] - track_offset_m) < reach_m + view.lateral_filter[0])
+    return slice(int(inside[0]), int(inside[-1]) + 1) if inside.size else slice(0, 0)
+
+
 def _track_columns(view: _GroundView, offsets: list[float], reach_m: float) -> slice:
-    """A clip texture's columns (each one lateral position) that the track bands within ``reach_m``
-    of ``offsets`` take in; all columns of a pixel view (its lateral position varies along a row)."""
+    """A clip texture's columns that the track bands within ``reach_m`` of ``offsets`` take in; all
+    columns of a pixel view (its lateral position varies along a row)."""
     if view.grid_steps is None:
         return slice(None)
-    lateral, lateral_filter = view.lateral[0], view.lateral_filter[0]
-    needed = np.zeros(lateral.size, dtype=bool)
-    for offset in offsets:
-        needed |= np.abs(lateral - offset) < reach_m + lateral_filter
-    if not needed.any():
-        return slice(0, 0)
-    columns = np.flatnonzero(needed)
-    return slice(int(columns[0]), int(columns[-1]) + 1)
+    bands = [b for b in (_band_columns(view, offset, reach_m) for offset in offsets) if b.stop > b.start]
+    return slice(min(b.start for b in bands), max(b.stop for b in bands)) if bands else slice(0, 0)
 
 
 def _track_textures(view: _GroundView, noise: _SmoothNoise, columns: slice) -> dict[str, np.ndarray]:
