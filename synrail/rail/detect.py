@@ -16,7 +16,9 @@ Method:
    hood's edge crosses the frame where the rails end, then up toward the horizon while both
    rails are found where the model expects them and stay resolvable. A fit that explains under
    half the rows it grew on is refused. Far rails on a light bed often show only their dark sides; such bands extend the
-   range but do not move the fit.
+   range but do not move the fit. At a turnout, blades and check rails beside a rail make each row's
+   strongest line hop between them: pairs refused for that are tried again, once no pair is clear,
+   with each rail measured on its best-supported straight line (``_line_crests``).
 4. A second opinion: pairs centred under the camera whose rails reach the bottom are what the
    lines settle alone. A camera mounted anywhere else across the cab (its offset read from the
    pair itself), and rails that stop short of the bottom in the open (motion blur, a wiper, a
@@ -330,6 +332,7 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
     except _NoTrack as failure:
         first_failure = failure
     mounts = ([_Mount(offset=mount_offset)] if mount_offset is not None else []) + [_CENTRED, _ANYWHERE]
+    ambiguous: list[tuple[_PairModel, tuple[int, int], _Mount]] = []
     for mount in mounts if segments is not None else ():
         try:
             candidates = _ego_pair_candidates(segments, width, visible, horizon_limits, mount)
@@ -339,10 +342,25 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
         for model, seen_rows in candidates:
             try:
                 detection = _followed_pair(frame, model, seen_rows, horizon_limits, width, height, mount, area=area)
+            except _AmbiguousRails as failure:
+                first_failure = first_failure or failure
+                if mount.settles:
+                    ambiguous.append((model, seen_rows, mount))
+                continue
             except _NoTrack as failure:
                 first_failure = first_failure or failure
                 continue
             return TrackResult(detection)
+    # Pairs whose rails ran beside other lines where they were seen, once no pair was clear (a
+    # clear pair comes first: a rack or guard rail in a track's middle pairs with one of its rails),
+    # and only under a camera whose mount settles the pair (the learned area, which would second
+    # the others, takes a rack for a rail as readily).
+    for model, seen_rows, mount in ambiguous:
+        try:
+            return TrackResult(_followed_pair(frame, model, seen_rows, horizon_limits, width, height, mount,
+                                              area=area, best_line=True))
+        except _NoTrack:
+            continue
     if area is not None and (proposal := _learned_proposal(area, horizon_limits)) is not None:
         try:
             return TrackResult(_followed_pair(frame, *proposal, horizon_limits, width, height, _ANYWHERE,
@@ -354,7 +372,7 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
 
 def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int], horizon_limits: tuple[float, float],
                    width: int, height: int, mount: _Mount, from_prior: bool = False,
-                   area: np.ndarray | None = None, vetted: bool = False) -> TrackDetection:
+                   area: np.ndarray | None = None, vetted: bool = False, best_line: bool = False) -> TrackDetection:
     """The track a candidate pair leads to, once followed and vetted; ``_NoTrack`` with the reason
     when it is none, or not under a camera mounted as ``mount`` says.
 
@@ -364,7 +382,7 @@ def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
     sequence's camera is known to have.
     """
     model, samples, top_row, bottom_row, near_only = _track_rails(frame, model, seen_rows, horizon_limits,
-                                                                  from_prior)
+                                                                  from_prior, best_line)
     confidence = float(model.inlier_rows(samples).mean())
     if confidence < _MIN_SUPPORT:
         # The refits drifted: the final model explains too few of the rows it grew on.
@@ -723,6 +741,11 @@ class _NoTrack(Exception):
     """Raised by a stage that rules the track out; the message is the reason."""
 
 
+class _AmbiguousRails(_NoTrack):
+    """A candidate pair's rails were not single lines where it was seen (a turnout's blades,
+    check rails): worth a second try on each rail's best line once no pair is clear."""
+
+
 # -- stage 1: segments and the ego pair --------------------------------------------------------
 def _ridge_segments(grey: np.ndarray, first_row: int, keep: np.ndarray | None = None) -> _Segments:
     """Long, steep thin-line segments below ``first_row`` (full-image coordinates), bright
@@ -841,7 +864,7 @@ class _Frame(NamedTuple):
 
 
 def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
-                 horizon_limits: tuple[float, float], from_prior: bool = False
+                 horizon_limits: tuple[float, float], from_prior: bool = False, best_line: bool = False
                  ) -> tuple[_PairModel, _RailSamples, int, int, bool]:
     """From the rows the pair was seen on, grows the fitted range band by band: down to the
     bottom of the image (required, unless a hood's edge crosses the track where the rails end),
@@ -853,6 +876,9 @@ def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
     (the previous frame's fit, or the learned area's) is trusted from the start: its curve term
     holds, where straight Hough chords would cut a curve, so its first band is searched in the
     narrow window too (a wide one takes a guard rail or a check rail beside the rail).
+
+    ``_AmbiguousRails`` says the rails were not single lines where the pair was seen; with
+    ``best_line`` that band is measured on each rail's best-supported straight line.
     """
     height = frame.grey.shape[0]
     low, high = _widened(seen_rows, max(8, height // 20), height)
@@ -861,9 +887,9 @@ def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
     for hough in (True, False):
         window = _FIRST_WINDOW_PER_GAP if hough and not from_prior else _WINDOW_PER_GAP
         grown = _extend(frame, model, samples, np.arange(low, high + 1, dtype=np.float64), horizon_limits,
-                        window, trust_model=from_prior or not hough)
+                        window, trust_model=from_prior or not hough, best_line=best_line)
         if grown is None:
-            raise _NoTrack(PAIR_NOT_SUPPORTED)
+            raise _AmbiguousRails(PAIR_NOT_SUPPORTED) if hough else _NoTrack(PAIR_NOT_SUPPORTED)
         model, first_band = grown
     samples = first_band
     near_only = False
@@ -996,12 +1022,12 @@ def _widened(rows: tuple[int, int], at_least: int, height: int) -> tuple[int, in
 
 
 def _extend(frame: _Frame, model: _PairModel, samples: _RailSamples, rows: np.ndarray,
-            horizon_limits: tuple[float, float], window: float = _WINDOW_PER_GAP, trust_model: bool = True
-            ) -> tuple[_PairModel, _RailSamples] | None:
+            horizon_limits: tuple[float, float], window: float = _WINDOW_PER_GAP, trust_model: bool = True,
+            best_line: bool = False) -> tuple[_PairModel, _RailSamples] | None:
     """Measures a new band of rows and refits on everything; None when the band lacks support
     or does not agree with the refit."""
     band = _measure_band(frame, model, rows, window, trust_model,
-                         samples_dark=bool(samples.dark.size and samples.dark.mean() > 0.5))
+                         samples_dark=bool(samples.dark.size and samples.dark.mean() > 0.5), best_line=best_line)
     if band is None:
         return None
     grown = samples.joined(band)
@@ -1012,9 +1038,10 @@ def _extend(frame: _Frame, model: _PairModel, samples: _RailSamples, rows: np.nd
 
 
 def _measure_band(frame: _Frame, model: _PairModel, rows: np.ndarray, window: float, trust_model: bool,
-                  samples_dark: bool = False) -> _RailSamples | None:
+                  samples_dark: bool = False, best_line: bool = False) -> _RailSamples | None:
     """The band's rail samples in whichever polarity finds both rails (where a trusted model
-    expects them) on more rows; None if neither does on enough.
+    expects them) on more rows; None if neither does on enough. With ``best_line``, an untrusted
+    band that fails so is measured again on each rail's best-supported straight line.
 
     Near rails show bright polished heads; far ones, on a light bed, often only their dark sides.
     """
@@ -1035,13 +1062,22 @@ def _measure_band(frame: _Frame, model: _PairModel, rows: np.ndarray, window: fl
         other_agreement = agreement(other)
         if other_agreement > best_agreement or (other_agreement == best_agreement and not first):
             best, best_agreement = other, other_agreement
+    if best_line and best_agreement < _MIN_SUPPORT and not trust_model:
+        # Beside a rail at a turnout run switch blades, check rails and closure rails: the
+        # strongest line of each row hops between them. Each rail's one straight line instead.
+        tolerance = float(np.median(model.residual_scale(rows)))
+        for bright in (first, not first):
+            lined = _measure_rails(frame, model, rows, bright, window, line_tolerance=tolerance)
+            if (lined_agreement := agreement(lined)) > best_agreement:
+                best, best_agreement = lined, lined_agreement
     return best if best_agreement >= _MIN_SUPPORT else None
 
 
-def _measure_rails(frame: _Frame, model: _PairModel, rows: np.ndarray, bright: bool, window: float
-                   ) -> _RailSamples:
+def _measure_rails(frame: _Frame, model: _PairModel, rows: np.ndarray, bright: bool, window: float,
+                   line_tolerance: float | None = None) -> _RailSamples:
     """Per row, the strongest thin line within ``window`` x gap of each rail's prediction (NaN
-    where none stands out)."""
+    where none stands out); with ``line_tolerance``, the crest on each rail's best-supported
+    straight line through the band (``_line_crests``)."""
     left_pred, right_pred = model.predict(rows)
     gap = right_pred - left_pred
     # A rail crosses a row over about (1 + |dx/dy|) pixels: on a curve, far rails lie nearly flat.
@@ -1050,8 +1086,9 @@ def _measure_rails(frame: _Frame, model: _PairModel, rows: np.ndarray, bright: b
     ridge = _row_tophat(frame.grey, rows.astype(np.int64), kernels, bright)
     if frame.keep is not None:
         ridge = _masked(ridge, frame.keep[rows.astype(np.int64)])
-    return _RailSamples(rows, _ridge_peaks(ridge, left_pred, window * gap, gap),
-                        _ridge_peaks(ridge, right_pred, window * gap, gap), np.full(rows.size, not bright))
+    return _RailSamples(rows, _ridge_peaks(ridge, left_pred, window * gap, gap, line_tolerance),
+                        _ridge_peaks(ridge, right_pred, window * gap, gap, line_tolerance),
+                        np.full(rows.size, not bright))
 
 
 def _row_tophat(grey: np.ndarray, rows: np.ndarray, kernel_px: np.ndarray, bright: bool) -> np.ndarray:
@@ -1066,8 +1103,8 @@ def _row_tophat(grey: np.ndarray, rows: np.ndarray, kernel_px: np.ndarray, brigh
     return ridge
 
 
-def _ridge_peaks(ridge: np.ndarray, predicted: np.ndarray, half_window: np.ndarray, gap: np.ndarray
-                 ) -> np.ndarray:
+def _ridge_peaks(ridge: np.ndarray, predicted: np.ndarray, half_window: np.ndarray, gap: np.ndarray,
+                 line_tolerance: float | None = None) -> np.ndarray:
     """Sub-pixel column of the strongest ridge within the search window of each row.
 
     A peak counts when it clearly exceeds the typical ridge level (ballast grain) of a wider
@@ -1086,6 +1123,11 @@ def _ridge_peaks(ridge: np.ndarray, predicted: np.ndarray, half_window: np.ndarr
     spread = _row_medians(np.abs(around - level[:, None]))
     searched = np.where(in_image & (distance <= half[:, None]), values, -1.0)
     best = np.argmax(searched, axis=1)
+    on_line = np.ones(best.size, dtype=bool)
+    if line_tolerance is not None:
+        best = _line_crests(searched, cols - predicted[:, None], level + np.maximum(3.0, 4.0 * spread),
+                            line_tolerance)
+        on_line, best = best >= 0, np.maximum(best, 0)
     peak = searched[index, best]
     # Parabolic sub-pixel refinement of the peak position.
     before = searched[index, np.maximum(best - 1, 0)]
@@ -1095,8 +1137,39 @@ def _ridge_peaks(ridge: np.ndarray, predicted: np.ndarray, half_window: np.ndarr
         shift = np.where(curvature < 0, 0.5 * (before - after) / curvature, 0.0)
     column = cols[index, best] + np.clip(shift, -0.5, 0.5)
     column = _wide_stripe_middles(searched, best, 0.5 * (peak + level), cols[:, 0], column)
-    found = (peak >= 4.0) & (peak - level >= np.maximum(3.0, 4.0 * spread))
+    found = on_line & (peak >= 4.0) & (peak - level >= np.maximum(3.0, 4.0 * spread))
     return np.where(found, column, np.nan)
+
+
+def _line_crests(searched: np.ndarray, offset: np.ndarray, threshold: np.ndarray, tolerance: float
+                 ) -> np.ndarray:
+    """Per row, the index of the crest on the straight line (in offset from the prediction against
+    the row) that the most rows' crests lie on within ``tolerance`` px; -1 where the row has none.
+
+    Crests are a row's local maxima above ``threshold`` and at least half its strongest. Lines are
+    voted on a grid of offsets at the band's middle row and of their change over the band (a
+    Hough transform in the band's own frame).
+    """
+    rows = searched.shape[0]
+    crest = ((searched >= cv2.dilate(searched, _CREST_ELEMENT)) & (searched >= threshold[:, None])
+             & (searched >= 0.5 * searched.max(axis=1, keepdims=True)))
+    row_of, col_of = np.nonzero(crest)
+    if row_of.size == 0:
+        return np.full(rows, -1)
+    reach = int(math.ceil(np.abs(offset[crest]).max())) + 1
+    position = (row_of - 0.5 * (rows - 1)) / max(rows - 1, 1)  # -0.5 (top) to 0.5 (bottom)
+    drifts = np.arange(-reach, reach + 1, dtype=np.float64)   # offset change from top to bottom
+    at_middle = offset[row_of, col_of][None, :] - drifts[:, None] * position[None, :]
+    bins = np.clip(np.round(at_middle).astype(np.int64) + reach, 0, 2 * reach)
+    votes = np.zeros((drifts.size, 2 * reach + 1))
+    np.add.at(votes, (np.repeat(np.arange(drifts.size), row_of.size), bins.ravel()), 1.0)
+    spread = max(1, int(round(tolerance)))
+    votes = cv2.boxFilter(votes, -1, (2 * spread + 1, 1), normalize=False, borderType=cv2.BORDER_CONSTANT)
+    drift_index, middle_bin = np.unravel_index(int(np.argmax(votes)), votes.shape)
+    line = (middle_bin - reach) + drifts[drift_index] * ((np.arange(rows) - 0.5 * (rows - 1)) / max(rows - 1, 1))
+    miss = np.where(crest, np.abs(offset - line[:, None]), np.inf)
+    best = np.argmin(miss, axis=1)
+    return np.where(miss[np.arange(rows), best] <= tolerance, best, -1)
 
 
 def _wide_stripe_middles(searched: np.ndarray, best: np.ndarray, half: np.ndarray, first_col: np.ndarray,

@@ -376,6 +376,33 @@ def test_far_rails_off_a_fits_extrapolation_are_taken_by_a_refit_that_explains_m
     assert detect._second_look(bare, straight, samples, far, limits) is None
 
 
+
+def test_rails_beside_brighter_lines_on_most_rows_are_measured_on_their_own_line() -> None:
+    """At a turnout a switch blade or closure rail runs a few centimetres beside each rail and
+    often shines brighter: the strongest line of each row hops between the two, so the first
+    band, measured without a trusted fit, is refused. Measured on each rail's best-supported
+    straight line, it is the rail: the line every row shows, not the one most rows show brightest."""
+    rng = np.random.default_rng(0)
+    pair = detect._PairModel(horizon_v=100.0, a=320.0, b=0.0, c=0.0, d=0.5)
+    rows = np.arange(220, 280, dtype=np.float64)
+    grey = rng.normal(90, 4, (HEIGHT, WIDTH))
+    rails = pair.predict(rows)
+    beside = rng.random((rows.size, 2)) < 0.6  # the brighter line shows on these rows of each rail
+    for i, row in enumerate(rows.astype(int)):
+        for side, outward in enumerate((-1, 1)):
+            column = int(round(rails[side][i]))
+            grey[row, column - 1:column + 2] += 80
+            if beside[i, side]:
+                grey[row, column + outward * 19:column + outward * 22] += 100
+    frame = detect._Frame(np.clip(grey, 0, 255).astype(np.uint8), None)
+    window = detect._FIRST_WINDOW_PER_GAP
+    assert detect._measure_band(frame, pair, rows, window, trust_model=False) is None
+    band = detect._measure_band(frame, pair, rows, window, trust_model=False, best_line=True)
+    assert band is not None
+    for measured, rail in zip((band.left, band.right), rails, strict=True):
+        assert np.isfinite(measured).mean() > 0.95
+        assert np.nanmax(np.abs(measured - rail)) < 1.5
+
 # -- refinement with a promptable segmenter ------------------------------------------------------
 class FakeSegmenter:
     """Returns a fixed mask and records the prompts it was given."""
