@@ -534,6 +534,8 @@ class _SmoothNoise:
         """Roughly unit-variance noise; octaves under ~3 texels per wavelength fade out."""
         total = np.zeros(x.shape, dtype=np.float32)
         energy = 0.0
+        # A clip texture's texels are all one size (broadcast): one weight per octave, not a field.
+        uniform = self._grid_steps is not None and texel is not None and not any(texel.strides)
         for octave in range(octaves):
             lam = wavelength / 2**octave
             angle = self._rng.uniform(0, 2 * math.pi)  # rotated octaves hide the lattice axes
@@ -542,6 +544,10 @@ class _SmoothNoise:
             energy += amplitude**2
             if texel is None:
                 total += amplitude * self._sample(x, y, lam, angle, shift)
+                continue
+            if uniform:
+                if (weight := amplitude * _resolvable(lam, texel.flat[0])) > 0:
+                    total += weight * self._sample_grid(x, y, lam, angle, shift)
                 continue
             weight = amplitude * _resolvable(lam, texel)
             active_rows = np.flatnonzero(weight.max(axis=1) > 0)
@@ -1136,9 +1142,9 @@ def _composite_layer(image: np.ndarray, layer: np.ndarray, mask: np.ndarray) -> 
         part[mask[window]] = 0
         # Channel conversions of the unit-scaled layer: numpy's values (x / 255 in float32), fewer passes.
         unit = _unit_float(part)
-        region = image[window]
-        region *= cv2.cvtColor(1 - unit[..., 3], cv2.COLOR_GRAY2BGR)
-        region += cv2.cvtColor(unit, cv2.COLOR_BGRA2BGR)
+        region = image[window]  # OpenCV writes into it in place, faster than numpy on a strided view
+        cv2.multiply(region, cv2.cvtColor(1 - unit[..., 3], cv2.COLOR_GRAY2BGR), dst=region)
+        cv2.add(region, cv2.cvtColor(unit, cv2.COLOR_BGRA2BGR), dst=region)
 
 
 def _composite_over(base: np.ndarray, top: np.ndarray) -> None:
@@ -1270,10 +1276,11 @@ class _PropSprites:
             return
         size = (u1 - u0, v1 - v0)
         warp = np.array([[factor, 0, top_left[0] - u0], [0, factor, top_left[1] - v0]])
-        placed = _unit_float(cv2.warpAffine(level.colour, warp, size, flags=cv2.INTER_LINEAR,
-                                            borderMode=cv2.BORDER_CONSTANT, borderValue=0))
+        placed = cv2.warpAffine(level.colour, warp, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT,
+                                borderValue=0)
         if _box_sum(painter._mask_sum, u0, v0, u1, v1):  # the track area stays clear
-            placed *= ~mask[v0:v1, u0:u1, None]
+            placed = cv2.bitwise_and(placed, placed, mask=np.logical_not(mask[v0:v1, u0:u1]).view(np.uint8))
+        placed = _unit_float(placed)
         # Fogged as ``_Painter.final_colour`` fogs: t * lit + (1 - t) * fog, premultiplied. Channel
         # conversions and per-channel products, not cv2.transform: several times faster here.
         alpha = placed[..., 3]
@@ -1283,17 +1290,22 @@ class _PropSprites:
         if level.leaves is not None:
             grain = _unit_float(cv2.warpAffine(level.leaves, warp, size, flags=cv2.INTER_LINEAR,
                                                borderMode=cv2.BORDER_CONSTANT, borderValue=0))
-            grain *= self._grain[v0:v1, u0:u1]
-            grain += 1
+            cv2.multiply(grain, self._grain[v0:v1, u0:u1], dst=grain)
+            cv2.add(grain, 1.0, dst=grain)
             cv2.multiply(coloured, cv2.cvtColor(grain, cv2.COLOR_GRAY2BGR), dst=coloured)
+        # OpenCV writes into the frame's region in place, twice as fast as numpy on a strided view.
         region = image[v0:v1, u0:u1]
-        region *= cv2.cvtColor(1 - alpha, cv2.COLOR_GRAY2BGR)
-        region += coloured
+        cv2.multiply(region, cv2.cvtColor(1 - alpha, cv2.COLOR_GRAY2BGR), dst=region)
+        cv2.add(region, coloured, dst=region)
+
+
+_UNIT_FLOATS = (np.arange(256) / 255).astype(np.float32)
 
 
 def _unit_float(image: np.ndarray) -> np.ndarray:
-    """A uint8 image as float32 in [0, 1], in one OpenCV pass (numpy's cast and divide take two)."""
-    return cv2.multiply(image, 1 / 255, dtype=cv2.CV_32F)
+    """A uint8 image as float32 in [0, 1]: a table lookup, the same values as ``k / 255`` (four
+    times faster than ``cv2.multiply`` with a scale and a float output, and than numpy's cast)."""
+    return cv2.LUT(image, _UNIT_FLOATS)
 
 
 def _box_sum(integral: np.ndarray, u0: IntOrArray, v0: IntOrArray, u1: IntOrArray, v1: IntOrArray) -> IntOrArray:
