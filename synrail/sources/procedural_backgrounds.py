@@ -447,6 +447,15 @@ def _colour(bgr: BGR, scale: float = 1.0) -> np.ndarray:
     return np.asarray(bgr, dtype=np.float32) * np.float32(scale)
 
 
+def _tinted(colour: np.ndarray, factor: np.ndarray) -> np.ndarray:
+    """``colour`` (3 channels) times a float32 ``factor`` per texel (H x W, or N): ``factor``'s shape x 3,
+    numpy's values (``colour * factor[..., None]``) in OpenCV's channel passes, several times faster
+    than the broadcast."""
+    tinted = cv2.multiply(cv2.cvtColor(factor.reshape(-1, factor.shape[-1]), cv2.COLOR_GRAY2BGR),
+                          (*colour.tolist(), 0.0))
+    return tinted.reshape(*factor.shape, 3)
+
+
 def _smoothstep(edge0: np.ndarray | float, edge1: np.ndarray | float, x: np.ndarray) -> np.ndarray:
     t = np.clip((x - edge0) / (edge1 - edge0), 0.0, 1.0)
     return t * t * (3.0 - 2.0 * t)
@@ -472,7 +481,16 @@ def _blend(base: np.ndarray, colour: np.ndarray, weight: np.ndarray) -> None:
         if colour.ndim == 3:
             colour = colour[tuple(part if size > 1 else slice(None)
                                   for part, size in zip(block, colour.shape[:2], strict=True))]
-    base += (colour - base) * weight[..., None].astype(np.float32, copy=False)
+    weight = weight.astype(np.float32, copy=False)
+    if base.ndim == 3 and base.shape[2] == 3 and base.dtype == np.float32 and (colour.shape == base.shape or colour.size == 3):
+        # OpenCV's passes, channel by channel: numpy's values, without its slow broadcasts.
+        weights = cv2.cvtColor(np.ascontiguousarray(np.broadcast_to(weight, base.shape[:2])), cv2.COLOR_GRAY2BGR)
+        towards = (cv2.subtract(colour, base) if colour.shape == base.shape
+                   else cv2.subtract((*colour.ravel().tolist(), 0.0), base))
+        cv2.multiply(towards, weights, dst=towards)
+        cv2.add(base, towards, dst=base)
+        return
+    base += (colour - base) * weight[..., None]
 
 
 def _interval_coverage(x: np.ndarray, width: np.ndarray, lo: np.ndarray | float,
@@ -846,10 +864,11 @@ def _terrain_albedo(spec: BackgroundSpec, view: _GroundView, noise: _SmoothNoise
     detail = noise.fbm(view.world_x, view.world_z, 1.2, 7, view.texel, gain=0.75)
     patches = noise.fbm(view.world_x, view.world_z, 30.0, 4, view.texel)
     soil = noise.fbm(view.world_x, view.world_z, 12.0, 3, view.texel)
-    grass = _colour(spec.grass_albedo_bgr) * (1 + 0.4 * np.tanh(detail)[..., None])
+    grass = _tinted(_colour(spec.grass_albedo_bgr), 1 + 0.4 * np.tanh(detail))
     # Large patches drift between lush and dry grass (less blue, more red).
-    grass *= 1 + 0.12 * patches[..., None] * np.array([-1.0, 0.2, 1.0], dtype=np.float32)
-    dirt = _colour(spec.dirt_albedo_bgr) * (1 + 0.2 * detail[..., None])
+    drift = _tinted(np.array([-1.0, 0.2, 1.0], dtype=np.float32), 0.12 * patches)
+    cv2.multiply(grass, cv2.add(drift, (1.0, 1.0, 1.0, 0.0), dst=drift), dst=grass)
+    dirt = _tinted(_colour(spec.dirt_albedo_bgr), 1 + 0.2 * detail)
     threshold = 1.2 - 2.4 * spec.dirt_fraction
     # A trodden cess path runs beside every track bed.
     # A clip texture's columns each keep one lateral position: one row of them is enough.
@@ -874,7 +893,7 @@ def _paint_ballasted_bed(albedo: np.ndarray, spec: BackgroundSpec, band: _TrackB
     g = spec.geometry
     lateral, lateral_filter = band.lateral, band.lateral_filter
     stones = 0.25 * np.tanh(1.3 * band.stones) + 0.12 * band.ballast - 0.5 * band.crevices
-    ballast = _colour(spec.ballast_albedo_bgr, 1.1) * (1 + stones)[..., None]
+    ballast = _tinted(_colour(spec.ballast_albedo_bgr, 1.1), 1 + stones)
     ballast *= (1 - 0.2 * np.exp(-(lateral / 0.45) ** 2))[..., None].astype(np.float32)  # oil/rust between rails
     edge = spec.bed_half_width_m + 0.15 * band.bed_edge
     softness = np.maximum(0.15, lateral_filter)
@@ -887,7 +906,7 @@ def _paint_ballasted_bed(albedo: np.ndarray, spec: BackgroundSpec, band: _TrackB
     # Per-sleeper shading is only resolvable while one sleeper spans several pixels.
     resolvable = np.clip(spec.sleeper_spacing_m / band.along_filter / 3 - 1, 0.0, 1.0).astype(np.float32)
     shade = 1 + (sleeper_shades[sleeper_number % sleeper_shades.size] - 1) * resolvable
-    sleeper = _colour(base) * (shade * (1 + 0.12 * band.surface))[..., None]
+    sleeper = _tinted(_colour(base), shade * (1 + 0.12 * band.surface))
     _blend(albedo, sleeper, sleeper_cover)
 
     clip_lateral = _rail_side_coverage(lateral, lateral_filter, g, 0.09)
@@ -900,12 +919,12 @@ def _paint_slab_bed(albedo: np.ndarray, spec: BackgroundSpec, band: _TrackBand, 
     g = spec.geometry
     lateral, lateral_filter = band.lateral, band.lateral_filter
     grit = 0.2 * band.stones + 0.1 * band.ballast - 0.4 * band.crevices
-    gravel = _colour(spec.ballast_albedo_bgr, 0.85) * (1 + grit)[..., None]
+    gravel = _tinted(_colour(spec.ballast_albedo_bgr, 0.85), 1 + grit)
     edge = spec.bed_half_width_m + 0.1 * band.bed_edge
     softness = np.maximum(0.1, lateral_filter)
     _blend(albedo, gravel, 1 - _smoothstep(edge - softness, edge + softness, np.abs(lateral)))
 
-    slab = _colour((0.60, 0.62, 0.63)) * (1 + 0.1 * band.surface + 0.05 * band.stones)[..., None]
+    slab = _tinted(_colour((0.60, 0.62, 0.63)), 1 + 0.1 * band.surface + 0.05 * band.stones)
     slab_cover = _interval_coverage(lateral, lateral_filter, -SLAB_HALF_WIDTH_M, SLAB_HALF_WIDTH_M)
     _blend(albedo, slab, slab_cover)
     edge_line = (_interval_coverage(lateral, lateral_filter, -SLAB_HALF_WIDTH_M, -SLAB_HALF_WIDTH_M + 0.05)
