@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
@@ -52,6 +52,28 @@ class GalleryCutout:
     rgba: np.ndarray  # h x w x 4 uint8, BGRA, alpha 0/255
     height_m: float
     height_m_range: tuple[float, float] | None = None  # the kind's real range (real sources); None: drawn
+    # ``rgba`` halved again and again (area-averaged), filled as pastes need them.
+    _halvings: list[np.ndarray] = field(default_factory=list, init=False, repr=False, compare=False)
+
+    def scaled(self, height_px: float) -> tuple[np.ndarray, np.ndarray]:
+        """``resize_cutout`` of the cutout, area-averaged from the smallest of its halvings still at
+        least that tall: a paste is usually a tenth of its cutout's height or less, and area
+        resampling costs by the source's pixels (same look: at most a few grey levels apart).
+
+        Args:
+            height_px: the wanted height in pixels.
+
+        Returns:
+            (BGR, mask), as ``resize_cutout``.
+        """
+        source = self.rgba
+        level = 0
+        while source.shape[0] >= 2 * max(1, round(height_px)) and min(source.shape[:2]) >= 16:
+            if level == len(self._halvings):
+                self._halvings.append(cv2.resize(source, (source.shape[1] // 2, source.shape[0] // 2),
+                                                 interpolation=cv2.INTER_AREA))
+            source, level = self._halvings[level], level + 1
+        return resize_cutout(self.rgba, height_px, source)
 
 
 def jittered_height(cutout: GalleryCutout, factor: float) -> float:
@@ -172,20 +194,23 @@ class Composite:
     instances: list[Instance]
 
 
-def resize_cutout(rgba: np.ndarray, height_px: float) -> tuple[np.ndarray, np.ndarray]:
+def resize_cutout(rgba: np.ndarray, height_px: float, source: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Scale a cutout to ``height_px`` rows, keeping its aspect ratio.
 
     Args:
         rgba: h x w x 4 uint8 BGRA cutout, alpha 0/255.
         height_px: the wanted height in pixels (rounded; at least 1 row and 1 column).
+        source: a reduced copy of ``rgba`` to resample from (``GalleryCutout.scaled``); None: ``rgba``.
 
     Returns:
         (BGR, mask): the scaled colours (contiguous uint8) and a bool mask where the scaled alpha is >= 128.
     """
     new_h = max(1, int(round(height_px)))
     new_w = max(1, int(round(rgba.shape[1] * new_h / rgba.shape[0])))
-    interpolation = cv2.INTER_AREA if new_h < rgba.shape[0] else cv2.INTER_LINEAR
-    scaled = cv2.resize(rgba, (new_w, new_h), interpolation=interpolation)
+    source = rgba if source is None else source
+    interpolation = cv2.INTER_AREA if new_h < source.shape[0] else cv2.INTER_LINEAR
+    scaled = cv2.resize(source, (new_w, new_h), interpolation=interpolation)
     return np.ascontiguousarray(scaled[:, :, :3]), scaled[:, :, 3] >= 128
 
 
@@ -238,7 +263,7 @@ def place_obstacle(bg: SceneBackground, cutout: GalleryCutout, cfg: ComposeConfi
         height_px = _pixel_height(bg, cutout, point, height_m, cfg, rng)
         if height_px < cfg.min_height_px:
             continue
-        bgr, mask = resize_cutout(cutout.rgba, height_px)
+        bgr, mask = cutout.scaled(height_px)
         if not mask.any():
             continue
         rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))

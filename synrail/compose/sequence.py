@@ -26,7 +26,6 @@ from synrail.compose.composite import (
     _paste,
     drop_hidden,
     placement_at,
-    resize_cutout,
 )
 from synrail.compose.placement import GroundPoint
 from synrail.compose.shadows import contact_shadow
@@ -73,7 +72,7 @@ def _placement(bg: SceneBackground, obstacle: TrackedObstacle, pose: TrackPose, 
     height_px = g.object_pixel_height(u, v, obstacle.height_m)
     if height_px < cfg.min_height_px:
         return None
-    bgr, mask = resize_cutout(obstacle.cutout.rgba, height_px)
+    bgr, mask = obstacle.cutout.scaled(height_px)
     if not mask.any():
         return None
     point = GroundPoint(u=int(round(u)), v=int(round(v)), distance_m=distance)

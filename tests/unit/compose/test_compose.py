@@ -15,6 +15,7 @@ from synrail.compose.composite import (
     is_monochrome,
     place_obstacle,
     placement_at,
+    resize_cutout,
 )
 from synrail.compose.harmony_kernels import harmonize_lab
 from synrail.compose.placement import GroundPoint, track_rows
@@ -95,6 +96,31 @@ def test_truncated_obstacle_counts_pixels_outside_the_image():
     kept, visible = drop_hidden([edge], ComposeConfig(min_visibility=0.3))
     assert visible[0].area == 60 * 20 and visible[0].area / kept[0].full_px == pytest.approx(0.5)
     assert box_at(-50, 100, 60, 40, distance=30) is None  # wholly outside the image
+
+
+def textured_cutout(seed: int = 0) -> GalleryCutout:
+    """A 400 x 260 cutout: a noisy, shaded ellipse (alpha 0/255) with fine stripes."""
+    rng = np.random.default_rng(seed)
+    rows, cols = np.mgrid[0:400, 0:260]
+    inside = ((rows - 200) / 190) ** 2 + ((cols - 130) / 120) ** 2 <= 1
+    bgr = np.stack([80 + 60 * np.sin(cols / 7.0), 120 + 0.2 * rows, 90 + 40 * np.cos(rows / 11.0)], axis=-1)
+    bgr = np.clip(bgr + rng.normal(0, 12, bgr.shape), 0, 255)
+    rgba = np.dstack([bgr, 255 * inside]).astype(np.uint8)
+    return GalleryCutout(cutout_id="blob", class_name="rock", source="test", rgba=rgba, height_m=1.0)
+
+
+@pytest.mark.parametrize("height_px", [12.4, 31.0, 57.6, 130.2, 260.0, 520.0])
+def test_a_cutout_scaled_from_its_halvings_looks_as_scaled_from_itself(height_px):
+    """Pastes are mostly a tenth of their cutout's height: they are area-averaged from the smallest
+    halving still at least as tall, at the size and with the look of a direct area resampling."""
+    cutout = textured_cutout()
+    bgr, mask = cutout.scaled(height_px)
+    direct_bgr, direct_mask = resize_cutout(cutout.rgba, height_px)
+    assert bgr.shape == direct_bgr.shape and mask.shape == direct_mask.shape
+    assert (mask & direct_mask).sum() >= 0.95 * (mask | direct_mask).sum()
+    both = mask & direct_mask
+    assert np.abs(bgr[both].astype(int) - direct_bgr[both]).mean() <= 3.0
+    assert len(cutout._halvings) == (0 if height_px > 200 else int(np.log2(400 / height_px)))
 
 
 def test_feathered_alpha_stays_inside_the_mask():
