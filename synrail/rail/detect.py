@@ -94,6 +94,10 @@ _MOUNT_TOLERANCE = 0.2
 # only where none of them is a track does the search allow any mount the cab permits.
 MAX_OFF_CENTRE = 0.4
 _CENTRED_CHORDS = 0.5
+# ... and by its own geometry (``_signed_offset``) the pair runs within this many gaps of the
+# camera: a camera turned toward the six-foot beside its track shows that gap mid-image, but
+# 0.8 or more of its width beside the camera (RailSem19's correct centred pairs: up to 0.7).
+_CENTRED_OFFSET_GAPS = 0.75
 # A pair made of the ego's rail and a neighbour's encloses the ego's other rail: a line that runs
 # parallel to the pair (on the ground) between them, a share 0.15-0.6 of the half gap from the
 # pair's centre on this many of the rows. A rack (at the centre) and check rails (beside each
@@ -524,7 +528,8 @@ class _Mount:
     def holds(self, model: _PairModel, bottom_row: int, width: int) -> bool:
         """Whether a fitted pair lies where this mount puts the ego track."""
         if self.centred:
-            return _off_centre(model, bottom_row, width) <= MAX_OFF_CENTRE
+            return (_off_centre(model, bottom_row, width) <= MAX_OFF_CENTRE
+                    and abs(_signed_offset(model)) <= _CENTRED_OFFSET_GAPS)
         if self.offset is None:
             return abs(_signed_offset(model)) <= MAX_LATERAL_GAPS
         return abs(_signed_offset(model) - self.offset) <= _MOUNT_TOLERANCE

@@ -278,6 +278,21 @@ def test_a_pair_enclosing_a_rail_is_not_taken_for_the_ego_track() -> None:
     assert_covers_truth(camera, result.detection)
 
 
+def test_a_six_foot_a_yawed_camera_shows_centred_is_not_its_track() -> None:
+    """The ego's right rail and the next track's left rail, 2 m apart, seen by a camera over the ego
+    track but turned so that the six-foot between them lies mid-image at the bottom: centred in the
+    image, but 1.75 m (0.86 of its gap) beside the camera by its own geometry; neither the lines
+    alone nor, with the ego track in view, a pair the image shows off-centre settle it."""
+    camera = CameraGeometry.from_fov(WIDTH, HEIGHT, hfov_deg=60.0, height_m=2.4, pitch_deg=4.0)
+    half, six_foot = camera.gauge_m / 2, 2.0
+    _, z = camera.ground_point(np.array([camera.cx]), np.array([HEIGHT - 1.0]))
+    bottom = camera.project(camera.track_centre_x(z) + half + six_foot / 2, np.zeros(1), z)[0][0]
+    turned = camera.model_copy(update={"cx": camera.cx + (WIDTH - 1) / 2 - bottom})  # a yaw, to first order
+    for rails in ((half, half + six_foot), (-half, half, half + six_foot, 3 * half + six_foot)):
+        result = detect_track(painted_lines(turned, rails, 0))
+        assert result.detection is None and result.reason == detect.PAIR_OFF_CENTRE
+
+
 def test_a_faint_streak_between_the_rails_is_no_rail() -> None:
     """Motion blur streaks the bed along lines parallel to the rails, but faintly: no reason to
     refuse the pair."""
