@@ -56,6 +56,7 @@ RAILS_NOT_AT_BOTTOM = "rails do not reach the bottom of the image"
 TRACK_OCCLUDED = "track occluded"
 PAIR_OFF_CENTRE = "rail pair not under the camera"
 RAIL_INSIDE_PAIR = "a rail runs between the pair"
+PAIR_BETWEEN_TRACKS = "rail pair between two tracks"
 RAILS_TOO_SHORT = "rails followed over too short a stretch"
 
 MIN_GAP_PX = 4.0             # closer than this the two rails are no longer resolvable
@@ -103,9 +104,13 @@ _CENTRED_OFFSET_GAPS = 0.75
 # pair's centre on this many of the rows. A rack (at the centre) and check rails (beside each
 # rail) lie outside that band.
 _INSIDE_BAND = (0.15, 0.6)
+# A pair made of two tracks' facing rails (the six-foot, 2-3 m wide) has each track's other rail a
+# gauge beyond it: 1.95-2.55 half gaps from its centre, on both sides. A track's own neighbours lie
+# farther (3.5 m between track centres at least: 3.7 half gaps), and on one side as often as two.
+_BESIDE_BAND = (1.95, 2.55)
 _INSIDE_SUPPORT = 0.6
 _INSIDE_STRENGTH = 0.5      # ... standing out at least half as much as the pair's weaker rail
-_INSIDE_BINS = np.linspace(-1.05, 1.05, 169)  # positions across the pair, in half gaps from its centre
+_INSIDE_BINS = np.linspace(-2.6, 2.6, 417)  # positions across the pair, in half gaps from its centre
 _PRIOR_SEED_SHARE = 0.3      # a prior is followed from the lowest 30 % of the rows it covered
 # Rails followed down to where their gap is this share of the gap on the lowest row that shows
 # both are the near track, even where the last rows above the image's bottom cannot be measured.
@@ -393,8 +398,8 @@ def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
         raise _NoTrack(PAIR_NOT_SUPPORTED)
     if not mount.holds(model, bottom_row, width):
         raise _NoTrack(PAIR_OFF_CENTRE)
-    if _rail_inside(frame, model, top_row, bottom_row):
-        raise _NoTrack(RAIL_INSIDE_PAIR)
+    if (beside := _rails_beside(frame, model, top_row, bottom_row)) is not None:
+        raise _NoTrack(beside)
     if not vetted and (bottom_row - model.horizon_v) < MIN_REACH_RATIO * (top_row - model.horizon_v):
         raise _NoTrack(RAILS_TOO_SHORT)  # before the mask is drawn: nothing of it is needed
     detection = _detection(model, top_row, bottom_row, width, height, confidence)
@@ -538,8 +543,10 @@ class _Mount:
 _CENTRED, _ANYWHERE = _Mount(centred=True), _Mount()
 
 
-def _rail_inside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: int) -> bool:
-    """Whether a rail-like line runs between the pair, parallel to it, in ``_INSIDE_BAND``.
+def _rails_beside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: int) -> str | None:
+    """Why rail-like lines parallel to the pair say it is no track, or None: one runs between its
+    rails (``_INSIDE_BAND``: the ego's rail paired with a neighbour's), or one runs on each side at a
+    gauge beyond its rails (``_BESIDE_BAND``: the six-foot between two tracks, their other rails).
 
     Each row's ridge map (either polarity) is sampled at fixed positions across the pair; a line
     on the ground parallel to the rails keeps its position there from row to row.
@@ -554,6 +561,7 @@ def _rail_inside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: int
     columns = centre[:, None] + _INSIDE_BINS[None, :] * (model.d * t)[:, None]
     kernels = np.maximum(3, 2 * model.d * t * _TOPHAT_PER_GAP)
     band = (np.abs(_INSIDE_BINS) >= _INSIDE_BAND[0]) & (np.abs(_INSIDE_BINS) <= _INSIDE_BAND[1])
+    beside = (np.abs(_INSIDE_BINS) >= _BESIDE_BAND[0]) & (np.abs(_INSIDE_BINS) <= _BESIDE_BAND[1])
     for bright in (True, False):
         ridge = _row_tophat(frame.grey, rows.astype(np.int64), kernels, bright).astype(np.float32)
         if frame.keep is not None:
@@ -561,8 +569,9 @@ def _rail_inside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: int
         samples = cv2.remap(ridge, columns.astype(np.float32),
                             np.repeat(np.arange(rows.size, dtype=np.float32)[:, None], columns.shape[1], axis=1),
                             cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-        level = np.median(samples, axis=1, keepdims=True)
-        spread = np.median(np.abs(samples - level), axis=1, keepdims=True)
+        between = samples[:, np.abs(_INSIDE_BINS) <= 1.05]  # the background level: of the pair's own bed
+        level = np.median(between, axis=1, keepdims=True)
+        spread = np.median(np.abs(between - level), axis=1, keepdims=True)
         crest = samples >= cv2.dilate(samples, np.ones((1, 5), np.uint8))
         peak = crest & (samples - level >= np.maximum(3.0, 4 * spread))
         # A peak within a bin either side counts for the line (the fit is not exact).
@@ -571,9 +580,12 @@ def _rail_inside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: int
         # (motion blur streaks the bed along the same lines, but faintly).
         strength = np.median(samples - level, axis=0)
         rails = min(float(strength[np.abs(_INSIDE_BINS + side) <= 0.05].max()) for side in (-1, 1))
-        if (band & (support >= _INSIDE_SUPPORT) & (strength >= _INSIDE_STRENGTH * rails)).any():
-            return True
-    return False
+        line = (support >= _INSIDE_SUPPORT) & (strength >= _INSIDE_STRENGTH * rails)
+        if (band & line).any():
+            return RAIL_INSIDE_PAIR
+        if all((beside & line & (side * _INSIDE_BINS > 0)).any() for side in (-1, 1)):
+            return PAIR_BETWEEN_TRACKS
+    return None
 
 
 def _pair_model(detection: TrackDetection) -> _PairModel:

@@ -293,6 +293,22 @@ def test_a_six_foot_a_yawed_camera_shows_centred_is_not_its_track() -> None:
         assert result.detection is None and result.reason == detect.PAIR_OFF_CENTRE
 
 
+@pytest.mark.parametrize("six_foot", [2.0, 3.0])
+def test_the_six_foot_between_two_tracks_is_refused_where_both_tracks_show(six_foot: float) -> None:
+    """A camera over the gap between two tracks: their facing rails make a centred pair, and each
+    track's other rail runs a gauge beyond it on either side. That pair is no track; a track with
+    neighbours 3.5 m away on both sides is still found."""
+    camera = CameraGeometry.from_fov(WIDTH, HEIGHT, hfov_deg=60.0, height_m=2.6, pitch_deg=5.0)
+    gauge, half = camera.gauge_m, camera.gauge_m / 2
+    result = detect_track(painted_lines(camera, (-six_foot / 2 - gauge, -six_foot / 2, six_foot / 2,
+                                                 six_foot / 2 + gauge), 0))
+    assert result.detection is None and result.reason == detect.PAIR_BETWEEN_TRACKS
+    neighbours = (-3.5 - half, -3.5 + half, 3.5 - half, 3.5 + half)
+    result = detect_track(painted_lines(camera, (-half, half, *neighbours), 0))
+    assert result.detection is not None, result.reason
+    assert_covers_truth(camera, result.detection)
+
+
 def test_a_faint_streak_between_the_rails_is_no_rail() -> None:
     """Motion blur streaks the bed along lines parallel to the rails, but faintly: no reason to
     refuse the pair."""
