@@ -482,7 +482,8 @@ def _blend(base: np.ndarray, colour: np.ndarray, weight: np.ndarray) -> None:
             colour = colour[tuple(part if size > 1 else slice(None)
                                   for part, size in zip(block, colour.shape[:2], strict=True))]
     weight = weight.astype(np.float32, copy=False)
-    if base.ndim == 3 and base.shape[2] == 3 and base.dtype == np.float32 and (colour.shape == base.shape or colour.size == 3):
+    if (base.ndim == 3 and base.shape[2] == 3 and base.dtype == np.float32
+            and (colour.shape == base.shape or colour.size == 3)):
         # OpenCV's passes, channel by channel: numpy's values, without its slow broadcasts.
         weights = cv2.cvtColor(np.ascontiguousarray(np.broadcast_to(weight, base.shape[:2])), cv2.COLOR_GRAY2BGR)
         towards = (cv2.subtract(colour, base) if colour.shape == base.shape
