@@ -104,13 +104,14 @@ _CENTRED_OFFSET_GAPS = 0.75
 # pair's centre on this many of the rows. A rack (at the centre) and check rails (beside each
 # rail) lie outside that band.
 _INSIDE_BAND = (0.15, 0.6)
-# A pair made of two tracks' facing rails (the six-foot, 2-3 m wide) has each track's other rail a
-# gauge beyond it: 1.95-2.55 half gaps from its centre, on both sides. A track's own neighbours lie
-# farther (3.5 m between track centres at least: 3.7 half gaps), and on one side as often as two.
-_BESIDE_BAND = (1.95, 2.55)
 _INSIDE_SUPPORT = 0.6
 _INSIDE_STRENGTH = 0.5      # ... standing out at least half as much as the pair's weaker rail
-_INSIDE_BINS = np.linspace(-2.6, 2.6, 417)  # positions across the pair, in half gaps from its centre
+# A pair made of two tracks' facing rails (the six-foot, 2-3 m wide) has each track's other rail a
+# gauge beyond it: lines 1.95-2.55 half gaps from its centre on both sides (as well supported and
+# as strong). A track's own neighbours lie farther (3.5 m between track centres at least: 3.7 half
+# gaps), and on one side as often as two.
+_BESIDE_BAND = (1.95, 2.55)
+_ACROSS_BINS = np.linspace(-2.6, 2.6, 417)  # positions across the pair, in half gaps from its centre
 _PRIOR_SEED_SHARE = 0.3      # a prior is followed from the lowest 30 % of the rows it covered
 # Rails followed down to where their gap is this share of the gap on the lowest row that shows
 # both are the near track, even where the last rows above the image's bottom cannot be measured.
@@ -558,10 +559,10 @@ def _rails_beside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: in
         return False
     t = rows - model.horizon_v
     centre = model.a + model.b * t + model.c / t
-    columns = centre[:, None] + _INSIDE_BINS[None, :] * (model.d * t)[:, None]
+    columns = centre[:, None] + _ACROSS_BINS[None, :] * (model.d * t)[:, None]
     kernels = np.maximum(3, 2 * model.d * t * _TOPHAT_PER_GAP)
-    band = (np.abs(_INSIDE_BINS) >= _INSIDE_BAND[0]) & (np.abs(_INSIDE_BINS) <= _INSIDE_BAND[1])
-    beside = (np.abs(_INSIDE_BINS) >= _BESIDE_BAND[0]) & (np.abs(_INSIDE_BINS) <= _BESIDE_BAND[1])
+    band = (np.abs(_ACROSS_BINS) >= _INSIDE_BAND[0]) & (np.abs(_ACROSS_BINS) <= _INSIDE_BAND[1])
+    beside = (np.abs(_ACROSS_BINS) >= _BESIDE_BAND[0]) & (np.abs(_ACROSS_BINS) <= _BESIDE_BAND[1])
     for bright in (True, False):
         ridge = _row_tophat(frame.grey, rows.astype(np.int64), kernels, bright).astype(np.float32)
         if frame.keep is not None:
@@ -569,7 +570,7 @@ def _rails_beside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: in
         samples = cv2.remap(ridge, columns.astype(np.float32),
                             np.repeat(np.arange(rows.size, dtype=np.float32)[:, None], columns.shape[1], axis=1),
                             cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-        between = samples[:, np.abs(_INSIDE_BINS) <= 1.05]  # the background level: of the pair's own bed
+        between = samples[:, np.abs(_ACROSS_BINS) <= 1.05]  # the background level: of the pair's own bed
         level = np.median(between, axis=1, keepdims=True)
         spread = np.median(np.abs(between - level), axis=1, keepdims=True)
         crest = samples >= cv2.dilate(samples, np.ones((1, 5), np.uint8))
@@ -579,11 +580,11 @@ def _rails_beside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: in
         # ... and it must stand out about as much as the pair's own rails do in this polarity
         # (motion blur streaks the bed along the same lines, but faintly).
         strength = np.median(samples - level, axis=0)
-        rails = min(float(strength[np.abs(_INSIDE_BINS + side) <= 0.05].max()) for side in (-1, 1))
+        rails = min(float(strength[np.abs(_ACROSS_BINS + side) <= 0.05].max()) for side in (-1, 1))
         line = (support >= _INSIDE_SUPPORT) & (strength >= _INSIDE_STRENGTH * rails)
         if (band & line).any():
             return RAIL_INSIDE_PAIR
-        if all((beside & line & (side * _INSIDE_BINS > 0)).any() for side in (-1, 1)):
+        if all((beside & line & (side * _ACROSS_BINS > 0)).any() for side in (-1, 1)):
             return PAIR_BETWEEN_TRACKS
     return None
 
