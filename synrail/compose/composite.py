@@ -8,6 +8,7 @@ left mostly hidden are removed *before* pasting, so no pixel of an unlabelled ob
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -42,6 +43,9 @@ class SceneBackground:
     monochrome: bool = False  # a grayscale or infrared camera: it sees no colour, so neither may a paste
 
 
+_HALVING = threading.Lock()
+
+
 @dataclass(frozen=True)
 class GalleryCutout:
     """One decoded gallery cutout: BGRA pixels (alpha 0/255), its class, source and physical height (m)."""
@@ -52,7 +56,8 @@ class GalleryCutout:
     rgba: np.ndarray  # h x w x 4 uint8, BGRA, alpha 0/255
     height_m: float
     height_m_range: tuple[float, float] | None = None  # the kind's real range (real sources); None: drawn
-    # ``rgba`` halved again and again (area-averaged), filled as pastes need them.
+    # ``rgba`` halved again and again (area-averaged), filled as pastes need them (a third more
+    # memory at most); threads composing with one gallery share them.
     _halvings: list[np.ndarray] = field(default_factory=list, init=False, repr=False, compare=False)
 
     def scaled(self, height_px: float) -> tuple[np.ndarray, np.ndarray]:
@@ -70,8 +75,10 @@ class GalleryCutout:
         level = 0
         while source.shape[0] >= 2 * max(1, round(height_px)) and min(source.shape[:2]) >= 16:
             if level == len(self._halvings):
-                self._halvings.append(cv2.resize(source, (source.shape[1] // 2, source.shape[0] // 2),
-                                                 interpolation=cv2.INTER_AREA))
+                with _HALVING:  # two threads must not both append the same level
+                    if level == len(self._halvings):
+                        self._halvings.append(cv2.resize(source, (source.shape[1] // 2, source.shape[0] // 2),
+                                                         interpolation=cv2.INTER_AREA))
             source, level = self._halvings[level], level + 1
         return resize_cutout(self.rgba, height_px, source)
 

@@ -123,6 +123,16 @@ def test_a_cutout_scaled_from_its_halvings_looks_as_scaled_from_itself(height_px
     assert len(cutout._halvings) == (0 if height_px > 200 else int(np.log2(400 / height_px)))
 
 
+def test_threads_sharing_a_cutout_build_each_halving_once():
+    from concurrent.futures import ThreadPoolExecutor
+
+    cutout = textured_cutout(1)
+    with ThreadPoolExecutor(8) as pool:
+        scaled = list(pool.map(lambda _: cutout.scaled(12.0), range(32)))
+    assert [level.shape[0] for level in cutout._halvings] == [200, 100, 50, 25, 12]
+    assert all(np.array_equal(bgr, scaled[0][0]) for bgr, _ in scaled)
+
+
 def test_feathered_alpha_stays_inside_the_mask():
     mask = np.zeros((30, 30), bool)
     mask[5:25, 8:20] = True
