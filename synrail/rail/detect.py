@@ -1175,16 +1175,16 @@ def _line_crests(searched: np.ndarray, offset: np.ndarray, threshold: np.ndarray
     if row_of.size == 0:
         return np.full(rows, -1)
     reach = int(math.ceil(np.abs(offset[crest]).max())) + 1
-    position = (row_of - 0.5 * (rows - 1)) / max(rows - 1, 1)  # -0.5 (top) to 0.5 (bottom)
+    position = (np.arange(rows) - 0.5 * (rows - 1)) / max(rows - 1, 1)  # -0.5 (top) to 0.5 (bottom)
     drifts = np.arange(-reach, reach + 1, dtype=np.float64)   # offset change from top to bottom
-    at_middle = offset[row_of, col_of][None, :] - drifts[:, None] * position[None, :]
+    at_middle = offset[row_of, col_of][None, :] - drifts[:, None] * position[row_of][None, :]
     bins = np.clip(np.round(at_middle).astype(np.int64) + reach, 0, 2 * reach)
     votes = np.zeros((drifts.size, 2 * reach + 1))
     np.add.at(votes, (np.repeat(np.arange(drifts.size), row_of.size), bins.ravel()), 1.0)
     spread = max(1, int(round(tolerance)))
     votes = cv2.boxFilter(votes, -1, (2 * spread + 1, 1), normalize=False, borderType=cv2.BORDER_CONSTANT)
     drift_index, middle_bin = np.unravel_index(int(np.argmax(votes)), votes.shape)
-    line = (middle_bin - reach) + drifts[drift_index] * ((np.arange(rows) - 0.5 * (rows - 1)) / max(rows - 1, 1))
+    line = (middle_bin - reach) + drifts[drift_index] * position
     miss = np.where(crest, np.abs(offset - line[:, None]), np.inf)
     best = np.argmin(miss, axis=1)
     return np.where(miss[np.arange(rows), best] <= tolerance, best, -1)
