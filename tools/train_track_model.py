@@ -38,6 +38,7 @@ import shlex
 import sys
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import albumentations as A
@@ -482,6 +483,22 @@ def label_area(label: dict, height: int, width: int) -> tuple[np.ndarray, np.nda
     return area, rows
 
 
+def labelled_frames(folders: list[Path], width: int, height: int, keep: Callable[[str], bool] = lambda name: True
+                    ) -> Iterator[tuple[Path, str, dict | None, tuple[int, int], np.ndarray]]:
+    """Each frame of ``folders``' labels.json whose name ``keep`` accepts and that reads, in name order:
+    its folder, name, label (None: a null frame), original (height, width) and RGB uint8 at the model's
+    input size."""
+    for folder in folders:
+        for name, label in sorted(json.loads((folder / "labels.json").read_text()).items()):
+            if not keep(name):
+                continue
+            frame = cv2.imread(str(folder / name), cv2.IMREAD_COLOR)
+            if frame is None:
+                continue
+            small = cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
+            yield folder, name, label, frame.shape[:2], cv2.cvtColor(small, cv2.COLOR_BGR2RGB)
+
+
 def real_training_frames(folders: list[Path], width: int, height: int, split: str | None
                          ) -> tuple[np.ndarray, np.ndarray]:
     """The labelled real frames of ``split`` (``benchmarks/rail.py``'s: the last number of the name even or
@@ -489,21 +506,17 @@ def real_training_frames(folders: list[Path], width: int, height: int, split: st
     rails and 0 beside them on the rows the label covers, -1 (no loss) on the rows it does not; a null
     frame's target is 0 everywhere."""
     images, targets = [], []
-    for folder in folders:
-        for name, label in sorted(json.loads((folder / "labels.json").read_text()).items()):
-            frame = cv2.imread(str(folder / name), cv2.IMREAD_COLOR)
-            if frame is None or not in_split(name, split):
-                continue
-            small = cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
-            images.append(cv2.cvtColor(small, cv2.COLOR_BGR2RGB))
-            target = np.zeros((height, width), np.float32)
-            if label is not None:
-                sx, sy = width / frame.shape[1], height / frame.shape[0]
-                scaled = {side: [[x * sx, y * sy] for x, y in label[side]] for side in ("left", "right")}
-                area, rows = label_area(scaled, height, width)
-                target[area] = 1.0
-                target[~rows.any(axis=1)] = -1.0
-            targets.append(target)
+    for _, _, label, (frame_h, frame_w), image in labelled_frames(folders, width, height,
+                                                                   lambda name: in_split(name, split)):
+        images.append(image)
+        target = np.zeros((height, width), np.float32)
+        if label is not None:
+            sx, sy = width / frame_w, height / frame_h
+            scaled = {side: [[x * sx, y * sy] for x, y in label[side]] for side in ("left", "right")}
+            area, rows = label_area(scaled, height, width)
+            target[area] = 1.0
+            target[~rows.any(axis=1)] = -1.0
+        targets.append(target)
     if not images:
         return np.zeros((0, height, width, 3), np.uint8), np.zeros((0, height, width), np.float32)
     return np.stack(images), np.stack(targets)
@@ -515,19 +528,12 @@ class RealCheck:
     def __init__(self, folders: list[Path], width: int, height: int, skip_split: str | None = None) -> None:
         """``skip_split``: frames of this split are left out (they were trained on); None: none."""
         self.names, self.inputs, self.labels, self.shapes = [], [], [], []
-        for folder in folders:
-            labels = json.loads((folder / "labels.json").read_text())
-            for name, label in sorted(labels.items()):
-                if skip_split is not None and in_split(name, skip_split):
-                    continue
-                frame = cv2.imread(str(folder / name), cv2.IMREAD_COLOR)
-                if frame is None:
-                    continue
-                self.names.append(f"{folder.name}/{name}")
-                self.shapes.append(frame.shape[:2])
-                small = cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
-                self.inputs.append(cv2.cvtColor(small, cv2.COLOR_BGR2RGB))
-                self.labels.append(label)
+        keep = (lambda name: True) if skip_split is None else (lambda name: not in_split(name, skip_split))
+        for folder, name, label, shape, image in labelled_frames(folders, width, height, keep):
+            self.names.append(f"{folder.name}/{name}")
+            self.shapes.append(shape)
+            self.inputs.append(image)
+            self.labels.append(label)
         self.inputs = np.stack(self.inputs) if self.inputs else np.zeros((0, height, width, 3), np.uint8)
 
     def __len__(self) -> int:
