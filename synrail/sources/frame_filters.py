@@ -136,9 +136,9 @@ class UltralyticsDetector:
         if not path.is_file():
             raise FileNotFoundError(f"detector weights not found: {weights_path} (give the path of a weights "
                                     "file; SynRail never downloads models)")
-        from ultralytics import YOLO  # imported here: it is slow to import and only this class needs it
+        from synrail.train.detector import offline_ultralytics  # slow to import: only this class needs it
 
-        self.model = YOLO(str(path))
+        self.model = offline_ultralytics().YOLO(str(path))
         self.names: dict[int, str] = dict(self.model.names)
         wanted = set(classes_to_reject)
         self.class_ids = sorted(i for i, name in self.names.items() if name in wanted)

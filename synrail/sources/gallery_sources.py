@@ -230,7 +230,9 @@ def _listing(store: Store, rel: str = "") -> tuple[list[str], list[str]]:
     for entry in store.fs.ls(store.path(rel), detail=True):
         name = os.path.basename(str(entry["name"]).rstrip("/"))
         if not name.startswith("."):
-            (folders if entry["type"] == "directory" else files).append(name)
+            # fsspec types a symbolic link neither file nor folder: a linked folder is a folder
+            folder = entry["type"] == "directory" or (entry.get("islink") and store.fs.isdir(entry["name"]))
+            (folders if folder else files).append(name)
     return sorted(files), sorted(folders)
 
 

@@ -119,6 +119,36 @@ def _listing_root(root_url: str, storage_options: dict | None, kind: str
     return url, fs, root
 
 
+def _files_under(fs: fsspec.AbstractFileSystem, root: str) -> dict[str, dict[str, Any]]:
+    """Every file under ``root`` (recursively) and its info, symbolic links followed on a local disk.
+
+    fsspec lists a link as neither file nor folder and does not descend into a linked folder, but a
+    dataset linked into a footage folder is footage; a folder linked into itself is walked once.
+    """
+    files: dict[str, dict[str, Any]] = {}
+    walked: set[str] = set()
+
+    def walk(folder: str) -> None:
+        if _is_local(fs):
+            real = os.path.realpath(folder)
+            if real in walked:
+                return
+            walked.add(real)
+        for path, info in fs.find(folder, detail=True).items():
+            if info.get("islink"):
+                if fs.isdir(path):
+                    walk(path)
+                    continue
+                if not fs.isfile(path):  # a dangling link
+                    continue
+                info = fs.info(path)  # the target's size and time
+            if info.get("type", "file") == "file":
+                files[path] = info
+
+    walk(root)
+    return files
+
+
 def list_videos(root_url: str, storage_options: dict | None = None) -> list[VideoRef]:
     """Every video file under ``root_url`` (recursively), sorted by name.
 
@@ -134,9 +164,9 @@ def list_videos(root_url: str, storage_options: dict | None = None) -> list[Vide
     """
     url, fs, root = _listing_root(root_url, storage_options, "video")
     refs = []
-    for path, info in fs.find(root, detail=True).items():
+    for path, info in _files_under(fs, root).items():
         name = posixpath.relpath(path, root)
-        if info.get("type", "file") == "file" and _is_video_name(name):
+        if _is_video_name(name):
             refs.append(VideoRef(url=f"{url}/{name}", name=name, size=int(info.get("size") or 0),
                                  version=_version(info)))
     return sorted(refs, key=lambda ref: ref.name)
@@ -166,9 +196,9 @@ def list_sequences(root_url: str, storage_options: dict | None = None) -> list[V
     """
     url, fs, root = _listing_root(root_url, storage_options, "frames")
     sequences: dict[str, tuple[str, list[tuple[str, dict[str, Any]]]]] = {}  # name -> (url, files)
-    for path, info in fs.find(root, detail=True).items():
+    for path, info in _files_under(fs, root).items():
         name = posixpath.relpath(path, root)
-        if info.get("type", "file") != "file" or not _is_image_name(name):
+        if not _is_image_name(name):
             continue
         folder = posixpath.dirname(name)
         key, base = (folder, f"{url}/{folder}") if folder else (name, url)  # a root-level image: its own

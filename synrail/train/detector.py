@@ -8,7 +8,11 @@ Offline means no font, weight or telemetry download, ever. Ultralytics would oth
   ``YOLO_OFFLINE=1``); we hand it a font that ships with matplotlib instead;
 - download ``yolo26n.pt`` for its AMP self-test on CUDA; without that file locally we skip the
   test and keep AMP on, as Ultralytics does itself when the download fails;
-- download any bare ``*.pt`` name it knows: a ``.pt`` here must be an existing file.
+- download any bare ``*.pt`` name it knows: a ``.pt`` here must be an existing file;
+- replace Pillow's ``Image.open``, for every caller in the process, with one that tries to pip-install
+  ``pi-heif`` when it meets an image it cannot identify, and raises ``ModuleNotFoundError`` where
+  Pillow raised ``UnidentifiedImageError``: Pillow's own is put back, so a corrupt image stays a
+  quarantine record after a detector was loaded.
 """
 
 from __future__ import annotations
@@ -97,6 +101,9 @@ def uses_gpu(device: str) -> bool:
 def offline_ultralytics() -> ModuleType:
     """Import ``ultralytics`` with every network path closed (see the module docstring)."""
     os.environ["YOLO_OFFLINE"] = "1"
+    from PIL import Image
+
+    pillow_open = Image.open
     from ultralytics.utils import SETTINGS  # settings only: models are not imported yet
 
     if SETTINGS.get("sync"):
@@ -109,6 +116,7 @@ def offline_ultralytics() -> ModuleType:
     events.events.enabled = False  # in case ultralytics was imported, online, before we were
     data_utils.check_font = plotting.check_font = _local_font
     trainer.check_amp = _amp_check_without_download(trainer.check_amp)
+    Image.open = pillow_open
     return ultralytics
 
 

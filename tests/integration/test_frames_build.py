@@ -35,6 +35,23 @@ def test_sequences_are_subfolders_sorted_by_name_and_root_images_stand_alone(tmp
     assert sequences[0].frame_url(2).endswith("/frames/run0/f002.png")
 
 
+def test_linked_images_and_folders_are_footage_and_a_link_loop_is_walked_once(tmp_path):
+    """fsspec types a symbolic link neither file nor folder: a dataset linked into a footage folder
+    must still be found, a dangling link skipped, a folder linked into itself walked once."""
+    data = write_frame_folder(tmp_path / "data")
+    root = tmp_path / "frames"
+    root.mkdir()
+    (root / "still.jpg").symlink_to(data / "still.jpg")
+    (root / "run1").symlink_to(data / "run1", target_is_directory=True)
+    (root / "gone.jpg").symlink_to(tmp_path / "missing.jpg")
+    (data / "run1" / "loop").symlink_to(data / "run1", target_is_directory=True)
+    sequences = list_sequences(str(root))
+    assert [s.name for s in sequences] == ["run1", "still.jpg"]
+    assert sequences[0].members == ("f000.jpg", "f001.jpg", "f001b.jpg", "f002.jpg")
+    assert sequences[1].size == (data / "still.jpg").stat().st_size
+    assert [f.frame_index for f in sample_frames(sequences[1], stride=1)] == [0]
+
+
 def test_a_sequence_samples_by_stride_and_lists_undecodable_images(tmp_path):
     run1 = list_sequences(str(write_frame_folder(tmp_path / "frames")))[1]
     stream = sample_frames(run1, stride=1)

@@ -299,6 +299,15 @@ def test_dtd_textures_are_listed_by_category(dtd):
         "banded/banded_0001.jpg", "banded/banded_0002.jpg", "dotted/dotted_0001.jpg"]
 
 
+def test_a_linked_category_folder_is_a_category(dtd, tmp_path):
+    linked = tmp_path / "linked_dtd"
+    (linked / "images").mkdir(parents=True)
+    for category in ("banded", "dotted"):
+        (linked / "images" / category).symlink_to(dtd / "images" / category, target_is_directory=True)
+    assert [p.rsplit("/images/", 1)[1] for p in read_dtd_textures(linked)] == [
+        "banded/banded_0001.jpg", "banded/banded_0002.jpg", "dotted/dotted_0001.jpg"]
+
+
 def test_a_dtd_texture_fills_procedural_unseen_obstacles(dtd):
     banded, _, dotted = read_dtd_textures(dtd)
     cutouts = {}

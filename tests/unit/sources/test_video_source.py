@@ -25,6 +25,7 @@ from synrail.sources.frame_filters import (
     hamming,
     phash,
 )
+from synrail.sources.image_safety import declared_size
 from synrail.sources.video import VideoError, list_videos, read_sidecar, sample_frames
 from synrail.sources.video_backgrounds import VideoSourceConfig, extract_video_backgrounds
 from synrail.storage.store import Store
@@ -80,6 +81,14 @@ def videos(tmp_path_factory) -> Path:
 
 def ref(root: Path, name: str):
     return next(v for v in list_videos(str(root)) if v.name == name)
+
+
+def test_a_linked_video_is_listed_with_its_targets_size(videos, tmp_path):
+    (tmp_path / "cab.mp4").symlink_to(videos / "moving.mp4")
+    (tmp_path / "line2").symlink_to(videos / "line2", target_is_directory=True)
+    refs = list_videos(str(tmp_path))
+    assert [v.name for v in refs] == ["cab.mp4", "line2/Moving.AVI"]
+    assert refs[0].size == (videos / "moving.mp4").stat().st_size
 
 
 def decided(root: Path, name: str, cfg: FilterConfig = FilterConfig(), detector=None, **sampling):
@@ -360,9 +369,9 @@ def test_memory_store_listing_and_sampling_use_a_temporary_copy(videos, tmp_path
 
 # -- a real detector -----------------------------------------------------------------------------
 def test_ultralytics_detector_loads_a_local_weights_file_and_detects(tmp_path):
-    from ultralytics import YOLO
+    from synrail.train.detector import offline_ultralytics
 
-    model = YOLO("yolov8n.yaml")  # built from the architecture file: random weights, nothing downloaded
+    model = offline_ultralytics().YOLO("yolov8n.yaml")  # from the architecture file: random weights
     model.model.names = {i: "person" if i == 0 else f"class{i}" for i in range(80)}
     weights = tmp_path / "tiny.pt"
     model.save(str(weights))
@@ -370,6 +379,9 @@ def test_ultralytics_detector_loads_a_local_weights_file_and_detects(tmp_path):
     detector = UltralyticsDetector(weights, conf=1e-6)
     detections = detector.detect(textured_frame(0))
     assert detections and all(d.class_name == "person" and len(d.box) == 4 for d in detections)
+    # Ultralytics replaces Pillow's Image.open process-wide with one that would pip-install pi-heif on
+    # an unknown image; with Pillow's put back, a corrupt file is still just not a decodable image.
+    assert declared_size(b"\xff\xd8 not really a jpeg") == "not a decodable image"
     assert detector.identity.startswith("ultralytics/")
     with pytest.raises(FileNotFoundError, match="never downloads"):
         UltralyticsDetector("yolov8n.pt")
