@@ -3,7 +3,7 @@ ego-track finding on labelled real frames.
 
     python benchmarks/rail.py [--scenes 48] [--width 1280 --height 720] [--seed 0]
     python benchmarks/rail.py --real DIR [--width 1280] [--split even|odd] [--overlays OUT]
-    ... [--learned on|off|both] [--model ONNX] [--json OUT.json]
+    ... [--learned on|off|both] [--model ONNX] [--json OUT.json] [--conditions dark,rain,...]
 
 Renders scenes cycling through track type x condition x straight/curved (camera height, pitch,
 fov, offset drawn like the default config), runs ``detect_track`` + ``estimate_geometry`` with the
@@ -20,6 +20,11 @@ true field of view and prints, per group and overall:
 With ``--real DIR`` it runs ``detect_track`` on each frame of DIR
 resized to ``--width`` (aspect kept, coordinates scaled back) and compares with DIR/labels.json.
 
+``--conditions`` (with ``--real``) runs the frames again under each named degradation
+(``CONDITIONS_REAL``: night or a tunnel, rain, snow, fog, a soft lens, forward-motion blur, heavy
+JPEG), the learned area seeing the degraded frame too, and prints per family how many stay on the
+track: the labelled frames hold few such conditions, acceptance footage many.
+
 ``--learned`` runs the finder with the learned ego-track area (``synrail.rail.learned``; the
 shipped model, or ``--model``), without it, or both (the default; a table each). Its CPU time
 counts in the per-frame milliseconds. ``--json`` writes the figures for the benchmark pages.
@@ -33,12 +38,14 @@ import json
 import math
 import sys
 import time
+import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import albumentations as A  # noqa: E402
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -154,6 +161,9 @@ def main() -> None:
                         help="the learned ego-track area as the finder's second opinion (default: a table each)")
     parser.add_argument("--model", type=Path, help="an ONNX track-area model instead of the shipped one")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--conditions", type=_condition_names, default=[],
+                        help=f"with --real: also under these degradations, comma-separated "
+                             f"({', '.join(CONDITIONS_REAL)}; 'all': every one)")
     args = parser.parse_args()
     cv2.setNumThreads(1)
     figures = new_results("benchmarks/rail.py")
@@ -163,10 +173,22 @@ def main() -> None:
             overlays = None if args.overlays is None else args.overlays / ("on" if model else "off")
             figures["runs"][name] = run_real_benchmark(args.real, width=args.width, split=args.split,
                                                        overlays=overlays, model=model)
+            if args.conditions:
+                figures["runs"][f"{name}, degraded frames"] = run_real_conditions(
+                    args.real, args.conditions, width=args.width, split=args.split, model=model)
         else:
             figures["runs"][name] = run_procedural_benchmark(args, model)
     if args.json is not None:
         write_results(args.json, figures)
+
+
+def _condition_names(text: str) -> list[str]:
+    names = list(CONDITIONS_REAL) if text == "all" else [n.strip() for n in text.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(CONDITIONS_REAL))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown condition(s) {', '.join(unknown)}; "
+                                         f"known: {', '.join(CONDITIONS_REAL)}")
+    return names
 
 
 def run_procedural_benchmark(args: argparse.Namespace, model: TrackAreaModel | None) -> dict:
@@ -202,6 +224,19 @@ def run_procedural_benchmark(args: argparse.Namespace, model: TrackAreaModel | N
 REAL_TOLERANCE = 0.15      # a rail is right on a row within this share of the label's rail gap
 REAL_ROWS_NEEDED = 0.8     # ... and a detection is correct when both are on this share of rows
 REAL_ROWS = 60             # rows sampled evenly over each label's extent
+# Degradations standing in for conditions the labelled frames hold few of; each frame's draw is
+# seeded by its name, so a run is repeatable.
+CONDITIONS_REAL: dict[str, A.BasicTransform] = {
+    "dark": A.Compose([A.RandomGamma(gamma_limit=(180, 180), p=1.0),  # night, a tunnel: shadows sink
+                       A.MultiplicativeNoise(multiplier=(0.45, 0.45), p=1.0),
+                       A.GaussNoise(std_range=(0.02, 0.02), p=1.0)]),
+    "rain": A.RandomRain(drop_length=20, blur_value=3, brightness_coefficient=0.8, p=1.0),
+    "snow": A.RandomSnow(snow_point_range=(0.1, 0.2), brightness_coeff=1.5, p=1.0),
+    "fog": A.RandomFog(fog_coef_range=(0.3, 0.5), alpha_coef=0.1, p=1.0),
+    "soft": A.GaussianBlur(sigma_limit=(2.0, 2.0), p=1.0),  # a soft lens or a smeared windscreen
+    "motion": A.ZoomBlur(max_factor=(1.03, 1.03), step_factor=(0.01, 0.01), p=1.0),  # forward motion
+    "jpeg": A.ImageCompression(quality_range=(20, 20), p=1.0),
+}
 # The camera families the finder was developed on (issue 16); every other group is a family it had
 # not seen (issue 25's frames, and any a user adds).
 ISSUE16_GROUPS = frozenset({"rtd", "eu", "elephant", "animal", "tram", "null", "slab"})
@@ -274,11 +309,14 @@ def score_detection(outcome: RealOutcome, detection, scale: float, label) -> Non
 
 
 def evaluate_real(path: Path, label, width: int, overlays: Path | None,
-                  model: TrackAreaModel | None = None) -> RealOutcome:
+                  model: TrackAreaModel | None = None, condition: A.BasicTransform | None = None) -> RealOutcome:
     image = cv2.imread(str(path), cv2.IMREAD_COLOR)
     scale = width / image.shape[1]
     resized = cv2.resize(image, (width, round(image.shape[0] * scale)),
                          interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+    if condition is not None:
+        condition.set_random_seed(zlib.crc32(path.name.encode()))
+        resized = condition(image=resized)["image"]
     start = time.process_time()
     area = None if model is None else model.probability(resized)
     result = detect_track(resized, track_area=area)
@@ -388,6 +426,32 @@ def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays:
             "frames": {o.name: {"verdict": "correct" if o.correct else "short" if o.on_track
                                 else "wrong" if o.detected else "none",
                                 "reason": o.reason, "rows": o.right_rows} for o in outcomes}}
+
+
+def run_real_conditions(folder: Path, conditions: list[str], *, width: int, split: str | None,
+                        model: TrackAreaModel | None = None) -> dict:
+    """The labelled frames again under each degradation of ``conditions``: prints, per condition and
+    family, how many frames with a track stay on it (and false and neighbour detections); returns
+    those figures (``real_summary`` per "condition family", the undegraded frames as "none")."""
+    labels = json.loads((folder / "labels.json").read_text())
+    names = sorted(name for name in labels if in_split(name, split) and (folder / name).is_file())
+    print("\nthe same frames degraded (the learned area sees the degraded frame too); on trk: found and on "
+          "the ego track, of the frames with one")
+    print(f"{'condition':<12}{'family':<10}{'track':>6}{'on trk':>8}{'on trk':>8}{'correct':>8}{'false':>7}"
+          f"{'nbr':>7}")
+    figures = {}
+    for condition in ["none", *conditions]:
+        transform = CONDITIONS_REAL.get(condition)
+        outcomes = [evaluate_real(folder / name, labels[name], width, None, model, transform) for name in names]
+        families = {family: [o for o in outcomes if (o.group in ISSUE16_GROUPS) == (family == "issue-16")]
+                    for family in ("issue-16", "unseen")}
+        for family, members in families.items():
+            if not members:
+                continue
+            f = figures[f"{condition} {family}"] = real_summary(members)
+            print(f"{condition:<12}{family:<10}{f['track']:>6}{f['on_track']:>8}{f['on_track_pct']:>7.0f}%"
+                  f"{f['correct']:>8}{f['false']:>7}{f['neighbour']:>7}")
+    return figures
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
 """benchmarks/rail.py --real on a tiny labelled folder made from procedural scenes: it scores a
 found track as correct, a blank frame's silence as no false detection, and writes its figures."""
 
+import argparse
 import json
 import sys
 
 import cv2
 import numpy as np
+import pytest
 
 from benchmarks import rail
+from synrail.rail.detect import TrackResult as DetectResult
 from synrail.sources.procedural_backgrounds import render_background, sample_background_spec
 
 
@@ -38,7 +41,7 @@ def test_the_real_benchmark_scores_labelled_frames_and_writes_json(tmp_path, mon
     (tmp_path / "labels.json").write_text(json.dumps(labels))
     out = tmp_path / "figures.json"
     monkeypatch.setattr(sys, "argv", ["rail.py", "--real", str(tmp_path), "--width", "640", "--learned", "off",
-                                      "--json", str(out)])
+                                      "--json", str(out), "--conditions", "soft,jpeg"])
     rail.main()
     printed = capsys.readouterr().out
     assert "learned model off" in printed and "proc_f000000.png      correct" in printed
@@ -49,6 +52,34 @@ def test_the_real_benchmark_scores_labelled_frames_and_writes_json(tmp_path, mon
     assert figures["unseen"]["track"] == 2 and figures["issue-16"]["track"] == 0
     assert figures["proc"]["correct_pct"] == 100.0
     assert figures["frames"]["null_blank.png"]["verdict"] == "none"
+    # The frames again under each degradation, the undegraded run first; a null frame stays silent.
+    degraded = json.loads(out.read_text())["runs"]["learned model off, degraded frames"]
+    assert list(degraded) == [f"{c} {f}" for c in ("none", "soft", "jpeg") for f in ("issue-16", "unseen")]
+    assert degraded["none unseen"]["on_track"] == 2 and degraded["none issue-16"]["false"] == 0
+    assert all(degraded[f"{c} unseen"]["track"] == 2 and degraded[f"{c} issue-16"]["false"] == 0
+               for c in ("soft", "jpeg"))
+    assert "soft        unseen" in printed
+
+
+def test_a_degraded_frame_is_the_same_on_every_run_and_differs_from_the_original(tmp_path, monkeypatch):
+    spec = sample_background_spec(np.random.default_rng(0), width=320, height=180, track_types=["ballasted"],
+                                  conditions={"normal": 1.0}, camera_height_m=(2.2, 2.9), pitch_deg=(1.5, 4.5),
+                                  hfov_deg=(50.0, 65.0), max_curvature=0.0, max_offset_m=0.0)
+    cv2.imwrite(str(tmp_path / "proc_1.png"), render_background(spec))
+    seen = []
+    monkeypatch.setattr(rail, "detect_track", lambda image, **_: seen.append(image) or DetectResult(None, "x"))
+    original = cv2.imread(str(tmp_path / "proc_1.png"))
+    for name, transform in rail.CONDITIONS_REAL.items():
+        for _ in range(2):
+            rail.evaluate_real(tmp_path / "proc_1.png", None, 320, None, None, transform)
+        assert np.array_equal(seen[-1], seen[-2]), name
+        assert not np.array_equal(seen[-1], original), name
+
+
+def test_unknown_conditions_are_refused_naming_the_known_ones():
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown condition.*rainbow.*known: dark"):
+        rail._condition_names("rain,rainbow")
+    assert rail._condition_names("all") == list(rail.CONDITIONS_REAL)
 
 
 def test_a_detection_short_of_the_labels_far_end_is_on_track_but_not_correct():
