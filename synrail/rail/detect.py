@@ -73,6 +73,7 @@ _GROWTH = 0.75               # each refinement step reaches rows with t 25 % sma
 _PAIR_SUPPORT_SHARE = 0.25   # pairs this well supported, relative to the best, are candidates
 _MAX_PAIR_TRIES = 4          # candidate pairs followed before the frame is given up
 _MIN_SUPPORT = 0.5           # share of rows in a new band where both rails must be found
+_MIN_BAND_ROWS = 8           # ... of at least this many rows for a share to mean something
 # A cab camera sees its own track from a few metres ahead to tens of metres: rails followed over less
 # than half again the distance of their nearest row are a stub of two lines (a road marking and a kerb,
 # a check rail), not evidence of a track. (The distance of a row is proportional to 1 / (row - horizon).)
@@ -914,6 +915,11 @@ def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
     while high < height - 1:
         below = min(height - 1, int(math.ceil(model.horizon_v + (high - model.horizon_v) / _GROWTH)))
         grown = _extend(frame, model, samples, np.arange(high + 1, below + 1, dtype=np.float64), horizon_limits)
+        if grown is None and height - 1 - high < _MIN_BAND_ROWS:
+            # The rails reach the last few rows, too few to be measured as a band of their own (a
+            # vignette, the frame's edge, a level crossing's road): they reach the bottom.
+            high = height - 1
+            break
         if grown is None:
             grown, below, near_only = _up_to_occluder(frame, model, samples, high, horizon_limits)
             (model, samples), high = grown, below
@@ -925,7 +931,7 @@ def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
         if above >= low:
             return model, samples, low, high, near_only
         grown = _extend(frame, model, samples, np.arange(above, low, dtype=np.float64), horizon_limits)
-        if grown is None and low - above >= 8:
+        if grown is None and low - above >= _MIN_BAND_ROWS:
             # A band can fail on a short blur or a sleeper shadow: a band half as tall may pass.
             above = (above + low) // 2
             grown = _extend(frame, model, samples, np.arange(above, low, dtype=np.float64), horizon_limits)

@@ -176,6 +176,25 @@ def test_rails_fading_out_above_the_bottom_are_refused() -> None:
     assert result.detection is None and result.reason == detect.RAILS_NOT_AT_BOTTOM
 
 
+def test_rails_followed_to_within_a_few_rows_of_the_bottom_reach_it(monkeypatch) -> None:
+    """The downward bands end with whatever rows are left; fewer than a band's minimum that show no
+    rail (a vignette, the frame's edge, a level crossing's road) do not make the rails end in the open."""
+    spec, image = scene(1, "ballasted", 0.0)
+    bands = []
+    original = detect._extend
+    monkeypatch.setattr(detect, "_extend", lambda frame, model, samples, rows, *args, **kwargs: (
+        bands.append((int(rows[0]), int(rows[-1]))) or original(frame, model, samples, rows, *args, **kwargs)))
+    assert detect_track(image, hfov_deg=hfov_of(spec)).detection is not None
+    last = max(first for first, last in bands if last == HEIGHT - 1)  # the last band down to the bottom
+    assert HEIGHT - last < detect._MIN_BAND_ROWS  # the premise: a band too short to measure on its own
+    flat = image.copy()
+    flat[last:] = cv2.blur(image[last:], (61, 1))  # those rows show no rail (smeared along the row), and no edge
+    result = detect_track(flat, hfov_deg=hfov_of(spec))
+    assert result.detection is not None, result.reason
+    assert result.detection.bottom_row is None  # it reaches the bottom
+    assert_covers_truth(spec.geometry, result.detection)
+
+
 def night_infrared(image: np.ndarray, seed: int) -> np.ndarray:
     """Grey, inverted (rail heads become dark bands on a light bed, as under IR lighting),
     low contrast and grainy."""
