@@ -435,8 +435,8 @@ def run_real_conditions(folder: Path, conditions: list[str], *, width: int, spli
     those figures (``real_summary`` per "condition family", the undegraded frames as "none")."""
     labels = json.loads((folder / "labels.json").read_text())
     names = sorted(name for name in labels if in_split(name, split) and (folder / name).is_file())
-    print("\nthe same frames degraded (the learned area sees the degraded frame too); on trk: found and on "
-          "the ego track, of the frames with one")
+    print(f"\nthe same frames degraded{' (the learned area sees the degraded frame too)' if model else ''}; "
+          "on trk: found and on the ego track, of the frames with one")
     print(f"{'condition':<12}{'family':<10}{'track':>6}{'on trk':>8}{'on trk':>8}{'correct':>8}{'false':>7}"
           f"{'nbr':>7}")
     figures = {}
