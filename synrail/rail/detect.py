@@ -108,10 +108,13 @@ _INSIDE_BAND = (0.15, 0.6)
 _INSIDE_SUPPORT = 0.6
 _INSIDE_STRENGTH = 0.5      # ... standing out at least half as much as the pair's weaker rail
 # A pair made of two tracks' facing rails (the six-foot, 2-3 m wide) has each track's other rail a
-# gauge beyond it: lines 1.95-2.55 half gaps from its centre on both sides (as well supported and
-# as strong). A track's own neighbours lie farther (3.5 m between track centres at least: 3.7 half
-# gaps), and on one side as often as two.
+# gauge beyond it: lines 1.95-2.55 half gaps from its centre, on average over the two sides (as well
+# supported and as strong). The average, because an error in the pair's fitted centre moves one side
+# in and the other out by as much (so does a narrower gauge on one side): each side alone may lie
+# 1.6-2.6 half gaps out. A track's own neighbours lie farther (3.5 m between track centres at least:
+# 3.7 half gaps), and on one side as often as two.
 _BESIDE_BAND = (1.95, 2.55)
+_BESIDE_SIDE = (1.6, 2.6)
 _ACROSS_BINS = np.linspace(-2.6, 2.6, 417)  # positions across the pair, in half gaps from its centre
 _PRIOR_SEED_SHARE = 0.3      # a prior is followed from the lowest 30 % of the rows it covered
 # Rails followed down to where their gap is this share of the gap on the lowest row that shows
@@ -547,8 +550,8 @@ _CENTRED, _ANYWHERE = _Mount(centred=True), _Mount()
 
 def _rails_beside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: int) -> str | None:
     """Why rail-like lines parallel to the pair say it is no track, or None: one runs between its
-    rails (``_INSIDE_BAND``: the ego's rail paired with a neighbour's), or one runs on each side at a
-    gauge beyond its rails (``_BESIDE_BAND``: the six-foot between two tracks, their other rails).
+    rails (``_INSIDE_BAND``: the ego's rail paired with a neighbour's), or one runs on each side about
+    a gauge beyond its rails (``_BESIDE_BAND``: the six-foot between two tracks, their other rails).
 
     Each row's ridge map (either polarity) is sampled at fixed positions across the pair; a line
     on the ground parallel to the rails keeps its position there from row to row.
@@ -563,7 +566,7 @@ def _rails_beside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: in
     columns = centre[:, None] + _ACROSS_BINS[None, :] * (model.d * t)[:, None]
     kernels = np.maximum(3, 2 * model.d * t * _TOPHAT_PER_GAP)
     band = (np.abs(_ACROSS_BINS) >= _INSIDE_BAND[0]) & (np.abs(_ACROSS_BINS) <= _INSIDE_BAND[1])
-    beside = (np.abs(_ACROSS_BINS) >= _BESIDE_BAND[0]) & (np.abs(_ACROSS_BINS) <= _BESIDE_BAND[1])
+    beside = (np.abs(_ACROSS_BINS) >= _BESIDE_SIDE[0]) & (np.abs(_ACROSS_BINS) <= _BESIDE_SIDE[1])
     for bright in (True, False):
         ridge = _row_tophat(frame.grey, rows.astype(np.int64), kernels, bright).astype(np.float32)
         if frame.keep is not None:
@@ -585,7 +588,9 @@ def _rails_beside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: in
         line = (support >= _INSIDE_SUPPORT) & (strength >= _INSIDE_STRENGTH * rails)
         if (band & line).any():
             return RAIL_INSIDE_PAIR
-        if all((beside & line & (side * _ACROSS_BINS > 0)).any() for side in (-1, 1)):
+        outer = beside & line
+        average = 0.5 * (-_ACROSS_BINS[outer & (_ACROSS_BINS < 0)][:, None] + _ACROSS_BINS[outer & (_ACROSS_BINS > 0)])
+        if ((average >= _BESIDE_BAND[0]) & (average <= _BESIDE_BAND[1])).any():
             return PAIR_BETWEEN_TRACKS
     return None
 

@@ -328,6 +328,18 @@ def test_the_six_foot_between_two_tracks_is_refused_where_both_tracks_show(six_f
     assert_covers_truth(camera, result.detection)
 
 
+def test_the_six_foot_is_judged_by_both_tracks_together() -> None:
+    """Beside a metre-gauge track the six-foot's outer rails lie unevenly, one 2.2 half gaps out, the
+    other 1.8 (as an error in the pair's fitted centre would also put them): their average, 2.0, is
+    what the six-foot fixes."""
+    camera = CameraGeometry.from_fov(WIDTH, HEIGHT, hfov_deg=60.0, height_m=2.6, pitch_deg=5.0)
+    six_foot, standard, metre = 2.5, camera.gauge_m, 1.0 + camera.rail_head_m
+    lines = (-six_foot / 2 - standard, -six_foot / 2, six_foot / 2, six_foot / 2 + metre)
+    assert (six_foot / 2 + metre) / (six_foot / 2) < detect._BESIDE_BAND[0]  # one side alone is too close
+    result = detect_track(painted_lines(camera, lines, 0))
+    assert result.detection is None and result.reason == detect.PAIR_BETWEEN_TRACKS
+
+
 def test_a_faint_streak_between_the_rails_is_no_rail() -> None:
     """Motion blur streaks the bed along lines parallel to the rails, but faintly: no reason to
     refuse the pair."""
