@@ -589,6 +589,7 @@ def _rails_beside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: in
         if (band & line).any():
             return RAIL_INSIDE_PAIR
         outer = beside & line
+        # Each line on the left paired with each on the right: where the pair's centre puts them.
         average = 0.5 * (-_ACROSS_BINS[outer & (_ACROSS_BINS < 0)][:, None] + _ACROSS_BINS[outer & (_ACROSS_BINS > 0)])
         if ((average >= _BESIDE_BAND[0]) & (average <= _BESIDE_BAND[1])).any():
             return PAIR_BETWEEN_TRACKS
