@@ -560,7 +560,7 @@ def _rails_beside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: in
     rows = np.arange(max(top_row, int(math.ceil(model.row_at_gap(4 * MIN_GAP_PX)))), bottom_row + 1, 2,
                      dtype=np.float64)
     if rows.size < 8:
-        return False
+        return None
     t = rows - model.horizon_v
     centre = model.a + model.b * t + model.c / t
     columns = centre[:, None] + _ACROSS_BINS[None, :] * (model.d * t)[:, None]

@@ -328,6 +328,14 @@ def test_the_six_foot_between_two_tracks_is_refused_where_both_tracks_show(six_f
     assert_covers_truth(camera, result.detection)
 
 
+def test_a_pair_seen_over_too_few_rows_to_judge_its_neighbours_has_no_reason_against_it() -> None:
+    """Under 8 sampled rows nothing beside the pair is judged: no reason (None), not a falsy one that
+    the caller would raise as the reason "False"."""
+    model = detect._PairModel(horizon_v=100.0, a=320.0, b=0.0, c=0.0, d=0.5)
+    frame = detect._Frame(np.full((HEIGHT, WIDTH), 90, np.uint8), None)
+    assert detect._rails_beside(frame, model, 300, 310) is None
+
+
 def test_the_six_foot_is_judged_by_both_tracks_together() -> None:
     """Beside a metre-gauge track the six-foot's outer rails lie unevenly, one 2.2 half gaps out, the
     other 1.8 (as an error in the pair's fitted centre would also put them): their average, 2.0, is
