@@ -171,11 +171,11 @@ def main() -> None:
         print(f"== {name}")
         if args.real is not None:
             overlays = None if args.overlays is None else args.overlays / ("on" if model else "off")
-            figures["runs"][name] = run_real_benchmark(args.real, width=args.width, split=args.split,
-                                                       overlays=overlays, model=model)
+            figures["runs"][name], outcomes = run_real_benchmark(args.real, width=args.width, split=args.split,
+                                                                 overlays=overlays, model=model)
             if args.conditions:
                 figures["runs"][f"{name}, degraded frames"] = run_real_conditions(
-                    args.real, args.conditions, width=args.width, split=args.split, model=model)
+                    args.real, args.conditions, outcomes, width=args.width, split=args.split, model=model)
         else:
             figures["runs"][name] = run_procedural_benchmark(args, model)
     if args.json is not None:
@@ -390,12 +390,23 @@ def learned_models(choice: str, path: Path | None) -> list[tuple[str, TrackAreaM
     return runs
 
 
-def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays: Path | None,
-                       model: TrackAreaModel | None = None) -> dict:
-    """Runs ``detect_track`` on each labelled frame in ``folder``, prints the table and returns its
-    figures (per group)."""
+def labelled_frames(folder: Path, split: str | None) -> tuple[dict, list[str]]:
+    """``folder``'s labels.json and the names of its frames of ``split`` that exist, sorted."""
     labels = json.loads((folder / "labels.json").read_text())
-    names = sorted(name for name in labels if in_split(name, split) and (folder / name).is_file())
+    return labels, sorted(name for name in labels if in_split(name, split) and (folder / name).is_file())
+
+
+def by_family(outcomes: list[RealOutcome]) -> dict[str, list[RealOutcome]]:
+    """The outcomes of the issue-16 camera families and of the unseen ones."""
+    return {family: [o for o in outcomes if (o.group in ISSUE16_GROUPS) == (family == "issue-16")]
+            for family in ("issue-16", "unseen")}
+
+
+def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays: Path | None,
+                       model: TrackAreaModel | None = None) -> tuple[dict, list[RealOutcome]]:
+    """Runs ``detect_track`` on each labelled frame in ``folder``, prints the table and returns its
+    figures (per group) and the frames' outcomes."""
+    labels, names = labelled_frames(folder, split)
     outcomes = [evaluate_real(folder / name, labels[name], width, overlays, model) for name in names]
     for o in outcomes:
         verdict = ("correct" if o.correct else "neighbour track" if o.neighbour
@@ -412,40 +423,38 @@ def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays:
     print(f"{'group':<12}{'n':>4}{'track':>6}{'found':>6}{'correct':>8}{'on trk':>8}{'found':>8}{'correct':>8}"
           f"{'on trk':>8}{'err':>8}{'false':>7}{'nbr':>7}{'cpu ms':>7}")
     print(real_summary_row("all", outcomes))
-    families = {family: [o for o in outcomes if (o.group in ISSUE16_GROUPS) == (family == "issue-16")]
-                for family in ("issue-16", "unseen")}
-    families = {family: members for family, members in families.items() if 0 < len(members) < len(outcomes)}
+    families = {family: members for family, members in by_family(outcomes).items()
+                if 0 < len(members) < len(outcomes)}
     for family, members in families.items():
         print(real_summary_row(family, members))
     groups = sorted({o.group for o in outcomes})
     for group in groups:
         print(real_summary_row(group, [o for o in outcomes if o.group == group]))
-    return {"all": real_summary(outcomes),
-            **{family: real_summary(members) for family, members in families.items()},
-            **{group: real_summary([o for o in outcomes if o.group == group]) for group in groups},
-            "frames": {o.name: {"verdict": "correct" if o.correct else "short" if o.on_track
-                                else "wrong" if o.detected else "none",
-                                "reason": o.reason, "rows": o.right_rows} for o in outcomes}}
+    figures = {"all": real_summary(outcomes),
+               **{family: real_summary(members) for family, members in families.items()},
+               **{group: real_summary([o for o in outcomes if o.group == group]) for group in groups},
+               "frames": {o.name: {"verdict": "correct" if o.correct else "short" if o.on_track
+                                   else "wrong" if o.detected else "none",
+                                   "reason": o.reason, "rows": o.right_rows} for o in outcomes}}
+    return figures, outcomes
 
 
-def run_real_conditions(folder: Path, conditions: list[str], *, width: int, split: str | None,
-                        model: TrackAreaModel | None = None) -> dict:
+def run_real_conditions(folder: Path, conditions: list[str], undegraded: list[RealOutcome], *, width: int,
+                        split: str | None, model: TrackAreaModel | None = None) -> dict:
     """The labelled frames again under each degradation of ``conditions``: prints, per condition and
     family, how many frames with a track stay on it (and false and neighbour detections); returns
-    those figures (``real_summary`` per "condition family", the undegraded frames as "none")."""
-    labels = json.loads((folder / "labels.json").read_text())
-    names = sorted(name for name in labels if in_split(name, split) and (folder / name).is_file())
+    those figures (``real_summary`` per "condition family"; "none": the ``undegraded`` outcomes)."""
+    labels, names = labelled_frames(folder, split)
     print(f"\nthe same frames degraded{' (the learned area sees the degraded frame too)' if model else ''}; "
           "on trk: found and on the ego track, of the frames with one")
     print(f"{'condition':<12}{'family':<10}{'track':>6}{'on trk':>8}{'on trk':>8}{'correct':>8}{'false':>7}"
           f"{'nbr':>7}")
     figures = {}
     for condition in ["none", *conditions]:
-        transform = CONDITIONS_REAL.get(condition)
-        outcomes = [evaluate_real(folder / name, labels[name], width, None, model, transform) for name in names]
-        families = {family: [o for o in outcomes if (o.group in ISSUE16_GROUPS) == (family == "issue-16")]
-                    for family in ("issue-16", "unseen")}
-        for family, members in families.items():
+        outcomes = undegraded if condition == "none" else [
+            evaluate_real(folder / name, labels[name], width, None, model, CONDITIONS_REAL[condition])
+            for name in names]
+        for family, members in by_family(outcomes).items():
             if not members:
                 continue
             f = figures[f"{condition} {family}"] = real_summary(members)
