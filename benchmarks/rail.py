@@ -390,7 +390,7 @@ def learned_models(choice: str, path: Path | None) -> list[tuple[str, TrackAreaM
     return runs
 
 
-def labelled_frames(folder: Path, split: str | None) -> tuple[dict, list[str]]:
+def labelled_names(folder: Path, split: str | None) -> tuple[dict, list[str]]:
     """``folder``'s labels.json and the names of its frames of ``split`` that exist, sorted."""
     labels = json.loads((folder / "labels.json").read_text())
     return labels, sorted(name for name in labels if in_split(name, split) and (folder / name).is_file())
@@ -406,7 +406,7 @@ def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays:
                        model: TrackAreaModel | None = None) -> tuple[dict, list[RealOutcome]]:
     """Runs ``detect_track`` on each labelled frame in ``folder``, prints the table and returns its
     figures (per group) and the frames' outcomes."""
-    labels, names = labelled_frames(folder, split)
+    labels, names = labelled_names(folder, split)
     outcomes = [evaluate_real(folder / name, labels[name], width, overlays, model) for name in names]
     for o in outcomes:
         verdict = ("correct" if o.correct else "neighbour track" if o.neighbour
@@ -444,7 +444,7 @@ def run_real_conditions(folder: Path, conditions: list[str], undegraded: list[Re
     """The labelled frames again under each degradation of ``conditions``: prints, per condition and
     family, how many frames with a track stay on it (and false and neighbour detections); returns
     those figures (``real_summary`` per "condition family"; "none": the ``undegraded`` outcomes)."""
-    labels, names = labelled_frames(folder, split)
+    labels, names = labelled_names(folder, split)
     print(f"\nthe same frames degraded{' (the learned area sees the degraded frame too)' if model else ''}; "
           "on trk: found and on the ego track, of the frames with one")
     print(f"{'condition':<12}{'family':<10}{'track':>6}{'on trk':>8}{'on trk':>8}{'correct':>8}{'false':>7}"
