@@ -50,6 +50,7 @@ from synrail.stages.videos import (
     find_tracks,
     fit_frame,
     sequence_camera_record,
+    shot_cameras,
     source_videos,
     video_camera_settings,
 )
@@ -203,7 +204,7 @@ def inspect_footage(cfg: BuildConfig, video: VideoRef, frames_per_video: int, ca
         The report, the seconds the filters took (every sampled frame), the seconds the finder and the
         camera took, and the frames the finder ran on.
     """
-    from synrail.rail.sequence import frame_geometry, solve_sequence_camera
+    from synrail.rail.sequence import frame_geometry
 
     footage = cfg.backgrounds.footage
     kind = "frames" if video.is_sequence else "video"
@@ -220,13 +221,12 @@ def inspect_footage(cfg: BuildConfig, video: VideoRef, frames_per_video: int, ca
     settings = video_camera_settings(footage, video.name, extraction.metadata)
     sample: list[FrameRecord] = _evenly(sorted(extraction.frames, key=lambda f: f.frame_index), frames_per_video)
     started = time.perf_counter()
-    found, missing = find_tracks(cfg, sample, settings, cache)
-    camera = solve_sequence_camera([evidence for _, _, evidence, _ in found], settings,
-                                   source_width=sample[0].width if sample else cfg.image.width,
-                                   frame_width=cfg.image.width, frame_height=cfg.image.height)
+    found, missing, shots = find_tracks(cfg, sample, settings, cache)
+    cameras, camera = shot_cameras(cfg, found, shots, settings, sample[0].width if sample else cfg.image.width)
     outcome: dict[int, tuple[np.ndarray | None, str, bool]] = {}
-    for _, frame, evidence, packed in found:
-        geometry, reason = frame_geometry(evidence, camera, frame_width=cfg.image.width, frame_height=cfg.image.height)
+    for _, frame, evidence, packed, shot in found:
+        geometry, reason = frame_geometry(evidence, cameras[shot], frame_width=cfg.image.width,
+                                          frame_height=cfg.image.height)
         image = _prepared(cache, frame, settings, cfg).image
         if geometry is None:
             outcome[frame.frame_index] = (None, reason, False)

@@ -9,6 +9,7 @@ frame (no frame is kept in memory), then ``solve_sequence_camera``, then ``frame
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Sequence
@@ -39,6 +40,7 @@ from synrail.rail.detect import (
 from synrail.rail.estimate import estimate_geometry
 from synrail.rail.geometry import CameraGeometry
 from synrail.rail.learned import TrackAreaModel, default_track_model
+from synrail.rail.shots import ShotSignature, same_shot, shot_signature
 from synrail.rail.sleepers import FocalEstimate, SleeperProfile, focal_from_profiles, sleeper_profile
 
 HFOV_GIVEN, HFOV_SLEEPERS, HFOV_FALLBACK = "given", "sleepers", "fallback"
@@ -96,14 +98,26 @@ class RailFollower:
     ``TRACK_OCCLUDED``: something stands on the track. Its fit still seeds the next frame, but
     the rows where the rails are expected stay the clear frame's. A frame without a track ends
     the stretch.
+
+    A frame that does not look like the last one that showed anything (``shots.same_shot``: a
+    cut, or unrelated stills in one folder) starts a new shot: nothing learned from the frames
+    before leads the search, and ``shot`` counts up, so that callers solve each shot's camera on
+    its own.
     """
 
     def __init__(self, track_model: TrackAreaModel | None = None) -> None:
-        self._prior: TrackDetection | None = None
-        self._anchor: TrackDetection | None = None  # the last track this sequence showed
-        self._expected: np.ndarray | None = None  # rows where the last clear frame showed the rails
         self._track_model = track_model
+        self._signature: ShotSignature | None = None  # the last frame's, for the cut test
+        self.shot = -1  # the shot of the last frame fed in, counted from 0
+        self._new_shot()
+
+    def _new_shot(self) -> None:
+        """Forgets what the frames before taught: their rails, the mount and the expected rows."""
+        self._prior: TrackDetection | None = None
+        self._anchor: TrackDetection | None = None  # the last track this shot showed
+        self._expected: np.ndarray | None = None  # rows where the last clear frame showed the rails
         self._offsets: list[float] = []  # lateral offsets of the tracks found, in rail gaps
+        self.shot += 1
 
     def detect(self, image_bgr: np.ndarray, *, hfov_deg: float | None = None,
                ignore_mask: np.ndarray | None = None) -> TrackResult:
@@ -117,6 +131,11 @@ class RailFollower:
         Returns:
             The detection (``followed`` when the prior led to it), or None and why.
         """
+        signature = shot_signature(image_bgr)
+        if signature.comparable:  # a black or flat frame says nothing of a cut
+            if self._signature is not None and not same_shot(self._signature, signature):
+                self._new_shot()
+            self._signature = signature
         area = None if self._track_model is None else self._track_model.probability(image_bgr)
         result = detect_track(image_bgr, hfov_deg=hfov_deg, ignore_mask=ignore_mask,
                               prior=self._prior or self._anchor, track_area=area, mount_offset=self.mount_offset)
@@ -194,6 +213,41 @@ def solve_sequence_camera(evidence: Sequence[FrameEvidence], settings: CameraSet
     return SequenceCameraSolution(source_width=source_width, focal_source_px=focal, hfov_source=source,
                                   hfov_sigma_deg=sigma_deg, gauge_m=settings.gauge_m, calibration=calibration,
                                   focal_estimate=estimate, pitch_deg=pitch, notes=tuple(notes))
+
+
+def solve_shot_cameras(evidence: Sequence[tuple[int, FrameEvidence]], shots: int, settings: CameraSettings, *,
+                       source_width: int, frame_width: int, frame_height: int
+                       ) -> tuple[dict[int, SequenceCameraSolution], SequenceCameraSolution]:
+    """One camera per shot of a sequence (``RailFollower.shot``), each from its own frames.
+
+    Args:
+        evidence: (shot, evidence) of each frame whose track was found.
+        shots: how many shots the sequence has (with or without a track found).
+        settings: the sequence's camera settings.
+        source_width: width of the source frames.
+        frame_width: width of the prepared frames.
+        frame_height: height of the prepared frames.
+
+    Returns:
+        The cameras by shot, and the one that stands for the sequence (its card row): the longest
+        shot's, noting the cut when there are several shots; with no track found, the camera
+        ``solve_sequence_camera`` gives without evidence.
+    """
+    by_shot: dict[int, list[FrameEvidence]] = {}
+    for shot, item in evidence:
+        by_shot.setdefault(shot, []).append(item)
+    solve = functools.partial(solve_sequence_camera, settings=settings, source_width=source_width,
+                              frame_width=frame_width, frame_height=frame_height)
+    cameras = {shot: solve(items) for shot, items in by_shot.items()}
+    if not cameras:
+        return {}, solve([])
+    longest = max(by_shot, key=lambda shot: len(by_shot[shot]))
+    standing = cameras[longest]
+    if shots > 1:
+        standing = dataclasses.replace(standing, notes=standing.notes + (
+            f"{shots} shots (the footage cuts, or holds unrelated stills): each shot's camera is solved "
+            f"on its own; this is shot {longest + 1}'s, from {len(by_shot[longest])} frames",))
+    return cameras, standing
 
 
 def _choose_focal(estimate: FocalEstimate | None, settings: CameraSettings, source_width: int, scale: float

@@ -17,6 +17,7 @@ import io
 import math
 import os
 import posixpath
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -177,11 +178,19 @@ def _is_image_name(name: str) -> bool:
     return not base.startswith(".") and base.lower().endswith(IMAGE_EXTENSIONS)
 
 
+def natural_order(name: str) -> tuple[str | int, ...]:
+    """A sort key that puts ``frame_9.png`` before ``frame_10.png``: runs of digits compare as
+    numbers (ffmpeg's ``%d`` names, and many exporters', are not zero-padded)."""
+    return tuple(int(part) if index % 2 else part for index, part in enumerate(re.split(r"(\d+)", name)))
+
+
 def list_sequences(root_url: str, storage_options: dict | None = None) -> list[VideoRef]:
     """Every image sequence under ``root_url``, sorted by name.
 
-    Each folder holding images is one sequence (its images in name order, subfolders of its own
-    are sequences of their own); an image directly under the root is a one-frame sequence.
+    Each folder holding images is one sequence (its images in name order, numbers in names
+    compared as numbers; subfolders of its own are sequences of their own); an image directly
+    under the root is a one-frame sequence. A folder that cuts between shots, or holds unrelated
+    stills, is split into shots when its frames are read (``synrail.rail.shots``).
 
     Args:
         root_url: a folder or prefix: an fsspec URL (file://, s3://, ...) or a local path.
@@ -205,7 +214,7 @@ def list_sequences(root_url: str, storage_options: dict | None = None) -> list[V
         sequences.setdefault(key, (base, []))[1].append((posixpath.basename(name), info))
     refs = []
     for name, (base, files) in sequences.items():
-        files.sort(key=lambda item: item[0])
+        files.sort(key=lambda item: natural_order(item[0]))
         digest = hashlib.sha256("\n".join(f"{f} {_version(i)}" for f, i in files).encode()).hexdigest()[:16]
         refs.append(VideoRef(url=base, name=name, size=sum(int(i.get("size") or 0) for _, i in files),
                              version=digest, members=tuple(f for f, _ in files)))

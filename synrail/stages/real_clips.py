@@ -3,10 +3,11 @@
 A video is read at the clip rate (every ``round(native fps / sequences.fps)``-th frame; an image
 folder's every image, ``1 / sequences.fps`` apart, since a folder has no clock), each frame
 prepared like the backgrounds (undistorted, hood cut, fit to ``image``) and its rails followed
-from the last frame's (``rail.sequence.RailFollower``). The video's one camera is solved over those
-frames (focal length given or from the sleepers; horizon, height and offset shared), then each
-frame gets its own geometry under it. A clip is a window of ``frames_per_clip`` consecutive frames
-whose track is found in every one; a window where it is lost is refused with the frame and reason.
+from the last frame's (``rail.sequence.RailFollower``). Each shot's camera is solved over its frames
+(focal length given or from the sleepers; horizon, height and offset shared), then each frame gets
+its own geometry under it. A clip is a window of ``frames_per_clip`` consecutive frames of one shot
+whose track is found in every one; a window where it is lost, or the footage cuts, is refused with
+the frame and reason.
 
 The train's speed is the sidecar's ``speed_kmh``, else the one the ground's image motion along the
 tracked rails implies over the clip's own frames (``rail.motion``: a train speeds up and slows
@@ -62,7 +63,7 @@ from synrail.rail.sequence import (
     RailFollower,
     frame_evidence,
     frame_geometry,
-    solve_sequence_camera,
+    solve_shot_cameras,
     track_area_model,
 )
 from synrail.randomness import ClipDraw, clip_rng
@@ -98,6 +99,7 @@ class TrackedFrame:
     geometry: CameraGeometry | None
     reason: str | None
     rails: RailPair | None
+    shot: int = 0  # ``RailFollower.shot``: a clip never spans a cut
 
 
 @dataclass(frozen=True)
@@ -212,8 +214,8 @@ def _frames(cfg: BuildConfig, video: VideoRef, settings: CameraSettings
 
 def track_frames(cfg: BuildConfig, video: VideoRef, settings: CameraSettings
                  ) -> tuple[list[TrackedFrame], float, int, list[str]]:
-    """The clip-rate frames with their rails followed, the sequence camera solved over them, and
-    each frame's geometry under it (or why it has none).
+    """The clip-rate frames with their rails followed, each shot's camera solved over its frames
+    (``sequence.solve_shot_cameras``), and each frame's geometry under it (or why it has none).
 
     Args:
         cfg: the build config.
@@ -225,7 +227,7 @@ def track_frames(cfg: BuildConfig, video: VideoRef, settings: CameraSettings
         camera's notes.
     """
     follower = RailFollower(track_area_model(cfg.backgrounds.footage.track_area_model))
-    found: list[tuple[int, FrameEvidence | None, RailPair | None, str | None]] = []
+    found: list[tuple[int, int, FrameEvidence | None, RailPair | None, str | None]] = []
     source_width = cfg.image.width
     fps, step, frames = _frames(cfg, video, settings)
     for frame, prepared in frames:
@@ -234,20 +236,22 @@ def track_frames(cfg: BuildConfig, video: VideoRef, settings: CameraSettings
         result = follower.detect(prepared.detect_image, hfov_deg=hfov_from_focal(cfg.image.width, lens_focal))
         detection = result.detection
         if detection is None:
-            found.append((frame.frame_index, None, None, f"no track: {result.reason}"))
+            found.append((frame.frame_index, follower.shot, None, None, f"no track: {result.reason}"))
             continue
         evidence = frame_evidence(prepared, replace(detection, mask=np.zeros((0, 0), dtype=bool)), settings)
         seen = (detection.top_row, cfg.image.height - 1 if detection.bottom_row is None else detection.bottom_row)
-        found.append((frame.frame_index, evidence, RailPair.of(detection.left_fit, detection.right_fit, seen), None))
-    camera = solve_sequence_camera([e for _, e, _, _ in found if e is not None], settings, source_width=source_width,
-                                   frame_width=cfg.image.width, frame_height=cfg.image.height)
+        found.append((frame.frame_index, follower.shot, evidence, RailPair.of(detection.left_fit, detection.right_fit,
+                                                                              seen), None))
+    cameras, camera = solve_shot_cameras([(shot, e) for _, shot, e, _, _ in found if e is not None],
+                                         follower.shot + 1, settings, source_width=source_width,
+                                         frame_width=cfg.image.width, frame_height=cfg.image.height)
     tracked = []
-    for index, evidence, rails, reason in found:
+    for index, shot, evidence, rails, reason in found:
         geometry = None
         if evidence is not None:
-            geometry, reason = frame_geometry(evidence, camera, frame_width=cfg.image.width,
+            geometry, reason = frame_geometry(evidence, cameras[shot], frame_width=cfg.image.width,
                                               frame_height=cfg.image.height)
-        tracked.append(TrackedFrame(index, geometry, reason, rails if geometry is not None else None))
+        tracked.append(TrackedFrame(index, geometry, reason, rails if geometry is not None else None, shot))
     return tracked, fps, step, list(camera.notes)
 
 
@@ -255,8 +259,9 @@ def choose_windows(frames: Sequence[TrackedFrame], step: int, length: int, count
                    ) -> tuple[list[list[int]], list[tuple[int, str]]]:
     """Up to ``count`` windows of ``length`` consecutive frames, each with a track in every frame.
 
-    Windows are taken in order, back to back; a frame without geometry (or a gap in the frame
-    numbers: an unreadable image) refuses the window it falls in, once per stretch of such frames.
+    Windows are taken in order, back to back; a frame without geometry, a gap in the frame numbers
+    (an unreadable image) or a cut to another shot refuses the window it falls in, once per
+    stretch of such frames.
 
     Args:
         frames: the tracked frames, in order.
@@ -272,13 +277,12 @@ def choose_windows(frames: Sequence[TrackedFrame], step: int, length: int, count
     refusals: list[tuple[int, str]] = []
     start = 0
     while len(windows) < count and start + length <= len(frames):
-        bad = next((k for k in range(start, start + length) if _breaks(frames, k, start, step)), None)
+        bad = next((k for k in range(start, start + length) if _break(frames, k, start, step)), None)
         if bad is None:
             windows.append(list(range(start, start + length)))
             start += length
             continue
-        reason = frames[bad].reason or f"frame {frames[bad].frame_index} does not follow frame " \
-                                        f"{frames[bad - 1].frame_index} (missing frames)"
+        reason = _break(frames, bad, start, step)
         refusals.append((frames[start].frame_index, f"track lost at frame {frames[bad].frame_index}: {reason}"))
         start = bad + 1 if frames[bad].geometry is None else bad
         while start < len(frames) and frames[start].geometry is None:
@@ -286,10 +290,15 @@ def choose_windows(frames: Sequence[TrackedFrame], step: int, length: int, count
     return windows, refusals
 
 
-def _breaks(frames: Sequence[TrackedFrame], k: int, start: int, step: int) -> bool:
-    """Whether frame ``k`` cannot continue a window that starts at ``start``."""
-    gap = k > start and frames[k].frame_index - frames[k - 1].frame_index != step
-    return frames[k].geometry is None or gap
+def _break(frames: Sequence[TrackedFrame], k: int, start: int, step: int) -> str | None:
+    """Why frame ``k`` cannot continue a window that starts at ``start``, or None when it can."""
+    if frames[k].geometry is None:
+        return frames[k].reason or "no geometry"
+    if k > start and frames[k].shot != frames[k - 1].shot:
+        return f"frame {frames[k].frame_index} starts another shot (the footage cuts)"
+    if k > start and frames[k].frame_index - frames[k - 1].frame_index != step:
+        return f"frame {frames[k].frame_index} does not follow frame {frames[k - 1].frame_index} (missing frames)"
+    return None
 
 
 def measure_motion(cfg: BuildConfig, video: VideoRef, settings: CameraSettings, frames: Sequence[TrackedFrame],

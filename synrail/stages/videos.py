@@ -1,16 +1,18 @@
 """The background stage for cab footage (videos, or folders of frames): sampled, filtered frames
-whose track is found, each with the camera geometry estimated from its rails under the video's or
-sequence's one camera (``synrail.rail.sequence``: focal length given or from the sleepers, the gauge
-as the ruler, horizon and height shared).
+whose track is found, each with the camera geometry estimated from its rails under its shot's camera
+(``synrail.rail.sequence``: focal length given or from the sleepers, the gauge as the ruler, horizon
+and height shared; a video or folder that cuts between shots, or holds unrelated stills, has a
+camera per shot: ``synrail.rail.shots``).
 
-Every frame that is not used says why (filter reason, "no track: ...", or rails that contradict the
-video's camera); a video that cannot be read becomes a quarantine row. Neither stops the build.
+Every frame that is not used says why (filter reason, "no track: ...", or rails that contradict its
+shot's camera); a video that cannot be read becomes a quarantine row. Neither stops the build.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import NamedTuple
 
 import cv2
 import numpy as np
@@ -35,7 +37,7 @@ from synrail.rail.sequence import (
     SequenceCameraSolution,
     frame_evidence,
     frame_geometry,
-    solve_sequence_camera,
+    solve_shot_cameras,
     track_area_model,
 )
 from synrail.randomness import Stream, rng_for
@@ -140,15 +142,14 @@ def prepare_video_backgrounds(cfg: BuildConfig, video: VideoRef, split: str | No
     unused = [UnusedFrame(video=video.name, frame_index=r.frame_index, reason=r.reason,
                           source_url=video.frame_url(r.frame_index)) for r in extraction.rejected]
     settings = video_camera_settings(video_cfg, video.name, extraction.metadata)
-    found, no_track = find_tracks(cfg, extraction.frames, settings, cache)
+    found, no_track, shots = find_tracks(cfg, extraction.frames, settings, cache)
     unused += [UnusedFrame(video=video.name, frame_index=i, reason=reason, source_url=video.frame_url(i))
                for i, reason in no_track]
-    camera = solve_sequence_camera([evidence for _, _, evidence, _ in found], settings,
-                                   source_width=extraction.frames[0].width if extraction.frames else cfg.image.width,
-                                   frame_width=cfg.image.width, frame_height=cfg.image.height)
+    cameras, camera = shot_cameras(cfg, found, shots, settings,
+                                   extraction.frames[0].width if extraction.frames else cfg.image.width)
     records = []
-    for k, frame, evidence, packed_mask in found:
-        geometry, reason = frame_geometry(evidence, camera, frame_width=cfg.image.width,
+    for k, frame, evidence, packed_mask, shot in found:
+        geometry, reason = frame_geometry(evidence, cameras[shot], frame_width=cfg.image.width,
                                           frame_height=cfg.image.height)
         if geometry is None:
             unused.append(UnusedFrame(video=video.name, frame_index=frame.frame_index, reason=reason,
@@ -202,11 +203,22 @@ def _prepared(cache: Store, frame: FrameRecord, settings: CameraSettings, cfg: B
     return prepare_frame(image, settings, cfg.image.width, cfg.image.height)
 
 
+class FoundTrack(NamedTuple):
+    """A frame whose track was found: its position among the frames given, the frame, what it
+    tells the camera solve, its track mask packed to bits, and its shot (``RailFollower.shot``)."""
+
+    position: int
+    frame: FrameRecord
+    evidence: FrameEvidence
+    packed_mask: np.ndarray
+    shot: int
+
+
 def find_tracks(cfg: BuildConfig, frames: list[FrameRecord], settings: CameraSettings, cache: Store
-                ) -> tuple[list[tuple[int, FrameRecord, FrameEvidence, np.ndarray]], list[tuple[int, str]]]:
+                ) -> tuple[list[FoundTrack], list[tuple[int, str]], int]:
     """Each frame prepared (undistorted, hood cut, regions masked) and searched for the ego track,
-    in frame order, each following the last one's rails (``RailFollower``); frames where both
-    rails vanish behind something are left out as ``track occluded``.
+    in frame order, each following the last one's rails within a shot (``RailFollower``); frames
+    where both rails vanish behind something are left out as ``track occluded``.
 
     Args:
         cfg: the build config (the output image size).
@@ -215,12 +227,11 @@ def find_tracks(cfg: BuildConfig, frames: list[FrameRecord], settings: CameraSet
         cache: the store the frames are read from.
 
     Returns:
-        (position, frame, evidence, packed track mask) of the frames with a track (masks packed to
-        bits: a video's worth of full masks would not fit a worker), and (frame index, reason) of
-        the others. Position is the frame's index in ``frames``.
+        The frames with a track (masks packed to bits: a video's worth of full masks would not fit
+        a worker), (frame index, reason) of the others, and how many shots the frames make.
     """
     found, missing = [], []
-    # One camera: each frame's fit leads the search in the next.
+    # One camera per shot: each frame's fit leads the search in the next.
     follower = RailFollower(track_area_model(cfg.backgrounds.footage.track_area_model))
     for k, frame in sorted(enumerate(frames), key=lambda item: item[1].frame_index):
         prepared = _prepared(cache, frame, settings, cfg)
@@ -232,8 +243,26 @@ def find_tracks(cfg: BuildConfig, frames: list[FrameRecord], settings: CameraSet
             continue
         packed = np.packbits(result.detection.mask)
         detection: TrackDetection = dataclasses.replace(result.detection, mask=np.zeros((0, 0), dtype=bool))
-        found.append((k, frame, frame_evidence(prepared, detection, settings), packed))
-    return found, missing
+        found.append(FoundTrack(k, frame, frame_evidence(prepared, detection, settings), packed, follower.shot))
+    return found, missing, follower.shot + 1
+
+
+def shot_cameras(cfg: BuildConfig, found: list[FoundTrack], shots: int, settings: CameraSettings, source_width: int
+                 ) -> tuple[dict[int, SequenceCameraSolution], SequenceCameraSolution]:
+    """Each shot's camera from its frames' evidence (``sequence.solve_shot_cameras``).
+
+    Args:
+        cfg: the build config (the prepared frames' size).
+        found: the frames with a track, from ``find_tracks``.
+        shots: how many shots ``find_tracks`` saw.
+        settings: the sequence's camera settings.
+        source_width: width of the source frames.
+
+    Returns:
+        The cameras by shot, and the one for the sequence's card row.
+    """
+    return solve_shot_cameras([(f.shot, f.evidence) for f in found], shots, settings, source_width=source_width,
+                              frame_width=cfg.image.width, frame_height=cfg.image.height)
 
 
 def sequence_camera_record(name: str, camera: SequenceCameraSolution, settings: CameraSettings) -> SequenceCamera:

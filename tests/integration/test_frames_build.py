@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import cv2
+import numpy as np
 import pandas as pd
 import pytest
 from media import cab_frames, write_frame_sequences
@@ -33,6 +34,16 @@ def test_sequences_are_subfolders_sorted_by_name_and_root_images_stand_alone(tmp
     assert sequences[1].members == ("f000.jpg", "f001.jpg", "f001b.jpg", "f002.jpg")
     assert sequences[3].members == ("still.jpg",) and sequences[3].frame_url(0).endswith("/frames/still.jpg")
     assert sequences[0].frame_url(2).endswith("/frames/run0/f002.png")
+
+
+def test_frames_numbered_without_leading_zeros_are_in_number_order(tmp_path):
+    """ffmpeg's ``%d`` pattern writes 1.png, 2.png, ... 10.png: name order would put 10 before 2."""
+    folder = tmp_path / "frames" / "run"
+    folder.mkdir(parents=True)
+    for number in (1, 2, 10, 9, 100):
+        cv2.imwrite(str(folder / f"frame_{number}.png"), np.zeros((8, 8, 3), np.uint8))
+    (sequence,) = list_sequences(str(tmp_path / "frames"))
+    assert sequence.members == ("frame_1.png", "frame_2.png", "frame_9.png", "frame_10.png", "frame_100.png")
 
 
 def test_linked_images_and_folders_are_footage_and_a_link_loop_is_walked_once(tmp_path):

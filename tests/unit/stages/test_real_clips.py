@@ -175,6 +175,14 @@ def test_windows_are_back_to_back_and_skip_lost_stretches():
     assert windows == [[2, 3, 4]] and "does not follow frame 2" in refused[0][1]
 
 
+def test_a_window_never_spans_a_cut_between_shots():
+    frames = [TrackedFrame(i, object(), None, None, shot=0 if i < 4 else 1)  # type: ignore[arg-type]
+              for i in range(0, 20, 2)]
+    windows, refused = choose_windows(frames, 2, 3, 5)
+    assert windows == [[2, 3, 4], [5, 6, 7]]
+    assert refused == [(0, "track lost at frame 4: frame 4 starts another shot (the footage cuts)")]
+
+
 def test_a_folder_of_frames_gives_clips_at_the_configured_rate(built, footage, tmp_path):
     """An image sequence has no clock: its consecutive images are ``sequences.fps`` apart."""
     import cv2
