@@ -222,6 +222,10 @@ def test_the_blur_verdict_does_not_depend_on_the_resolution_or_the_sky():
         for width in (1920, 640):
             small = cv2.resize(frame, (width, width * 9 // 16), interpolation=cv2.INTER_AREA)
             assert (blur_score(small) > limit) == is_blurred, (width, blur_score(small))
+    at_640 = blur_score(cv2.resize(sharp, (640, 360), interpolation=cv2.INTER_AREA))
+    for width in (480, 320, 200):  # a smaller copy is no blurrier: it is measured as it is, not enlarged
+        small = cv2.resize(sharp, (width, width * 9 // 16), interpolation=cv2.INTER_AREA)
+        assert blur_score(small) <= at_640 + 0.01, (width, blur_score(small), at_640)
     with_sky = sharp.copy()
     with_sky[:700] = (200, 180, 160)  # two thirds flat sky: the verdict stays "sharp"
     assert blur_score(with_sky) < limit
