@@ -49,6 +49,7 @@ _DISAGREEMENT = 0.15  # a given hfov this far (relative focal) from a sleeper es
 # offsets this close (median absolute deviation, rail gaps; sway and curves move it a few cm), over
 # the last ``MOUNT_WINDOW`` frames found.
 MOUNT_FRAMES, MOUNT_SPREAD, MOUNT_WINDOW = 3, 0.08, 25
+_SAME_TRACK_IOU = 0.8
 
 
 @dataclass(frozen=True)
@@ -95,9 +96,10 @@ class RailFollower:
     opinion (``detect_track``'s ``mount_offset``). A frame where both rails vanish over a
     stretch of the rows where the last clear frame showed them, or where something stands
     between them (``object_between_rails``; that needs no earlier frame), is refused with
-    ``TRACK_OCCLUDED``: something stands on the track. Its fit still seeds the next frame, but
-    the rows where the rails are expected stay the clear frame's. A frame without a track ends
-    the stretch.
+    ``TRACK_OCCLUDED``: something stands on the track (unless the frame's own search, without the
+    last fit, follows the same track over those rows: a followed fit can drift off far rails). Its
+    fit still seeds the next frame, but the rows where the rails are expected stay the clear
+    frame's. A frame without a track ends the stretch.
 
     A frame that does not look like the last one that showed anything (``shots.same_shot``: a
     cut, or unrelated stills in one folder) starts a new shot: nothing learned from the frames
@@ -137,20 +139,33 @@ class RailFollower:
                 self._new_shot()
             self._signature = signature
         area = None if self._track_model is None else self._track_model.probability(image_bgr)
-        result = detect_track(image_bgr, hfov_deg=hfov_deg, ignore_mask=ignore_mask,
-                              prior=self._prior or self._anchor, track_area=area, mount_offset=self.mount_offset)
+        search = functools.partial(detect_track, image_bgr, hfov_deg=hfov_deg, ignore_mask=ignore_mask,
+                                   track_area=area, mount_offset=self.mount_offset)
+        result = search(prior=self._prior or self._anchor)
         detection = result.detection
         if detection is None:
             self._prior = self._expected = None
             return result
+        occluded = self._occluded(image_bgr, detection, ignore_mask)
+        if occluded and detection.followed:
+            # A fit followed from the last frame can stop short of rails the frame's own search
+            # follows further up: where it finds the same track reaching them, nothing hides them.
+            own = search().detection
+            if own is not None and _same_track(own, detection) and not self._occluded(image_bgr, own, ignore_mask):
+                result, detection, occluded = TrackResult(own), own, False
         self._prior = self._anchor = detection
         self._offsets.append(lateral_offset(detection))
-        if object_between_rails(image_bgr, detection, ignore_mask=ignore_mask) or (
-                self._expected is not None and track_occluded(image_bgr, detection, self._expected,
-                                                              ignore_mask=ignore_mask)):
+        if occluded:
             return TrackResult(None, TRACK_OCCLUDED)
         self._expected = rail_pair_rows(image_bgr, detection, ignore_mask=ignore_mask)
         return result
+
+    def _occluded(self, image_bgr: np.ndarray, detection: TrackDetection, ignore_mask: np.ndarray | None) -> bool:
+        """Whether something stands between the rails, or hides them where the shot's last clear
+        frame showed them."""
+        return object_between_rails(image_bgr, detection, ignore_mask=ignore_mask) or (
+            self._expected is not None and track_occluded(image_bgr, detection, self._expected,
+                                                          ignore_mask=ignore_mask))
 
     @property
     def mount_offset(self) -> float | None:
@@ -161,6 +176,17 @@ class RailFollower:
         recent = np.array(self._offsets[-MOUNT_WINDOW:])
         median = float(np.median(recent))
         return median if float(np.median(np.abs(recent - median))) <= MOUNT_SPREAD else None
+
+
+def _same_track(a: TrackDetection, b: TrackDetection) -> bool:
+    """Whether two detections of one frame are the same track: their areas overlap (intersection
+    over union at least ``_SAME_TRACK_IOU``) on the rows both cover."""
+    first = max(a.top_row, b.top_row)
+    last = min(*(d.mask.shape[0] - 1 if d.bottom_row is None else d.bottom_row for d in (a, b)))
+    if last <= first:
+        return False
+    both, either = a.mask[first:last + 1] & b.mask[first:last + 1], a.mask[first:last + 1] | b.mask[first:last + 1]
+    return np.count_nonzero(both) >= _SAME_TRACK_IOU * max(1, np.count_nonzero(either))
 
 
 def frame_evidence(prepared: PreparedFrame, detection: TrackDetection, settings: CameraSettings) -> FrameEvidence:

@@ -13,6 +13,7 @@ from synrail.rail.detect import (
     TRACK_OCCLUDED,
     RailFit,
     TrackDetection,
+    TrackResult,
     detect_track,
     object_between_rails,
     rail_pair_rows,
@@ -104,6 +105,36 @@ def test_a_vehicle_on_the_track_is_left_out_as_occluded_and_the_clear_frame_kept
         blocked = followed_results(clear[:-1] + [with_obstacle(spec, last, kind, OBSTACLE_Z_M, seed=0)])
         assert blocked[-1].detection is None and blocked[-1].reason == TRACK_OCCLUDED, kind
         assert all(r.detection is not None for r in blocked[:-1])
+
+
+def test_a_followed_fit_stopping_short_is_no_occluder_where_the_frame_s_own_search_sees_the_rails(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Following from the last fit can give up on the far rails of a frame whose own search
+    follows them: the rails are there, so the frame is kept, with the detection that reaches them."""
+    import synrail.rail.sequence as sequence_module
+
+    def stops_short(image: np.ndarray, **kwargs) -> TrackResult:
+        result = detect_track(image, **kwargs)
+        found = result.detection
+        if kwargs.get("prior") is None or found is None:
+            return result
+        # The far half given up, and the fit bent off the far rails (its curve term drifted).
+        top = found.top_row + (HEIGHT - found.top_row) // 2
+        mask = found.mask.copy()
+        mask[:top] = False
+        left, right = (dataclasses.replace(fit, c=fit.c + 400.0) for fit in (found.left_fit, found.right_fit))
+        return TrackResult(dataclasses.replace(found, mask=mask, top_row=top, left_fit=left, right_fit=right,
+                                               followed=True))
+
+    monkeypatch.setattr(sequence_module, "detect_track", stops_short)
+    frames = sequence(0, "ballasted", 0.0)
+    results = followed_results([image for _, image in frames])
+    assert all(r.detection is not None for r in results), [r.reason for r in results]
+    assert not any(r.detection.followed for r in results[1:])  # each kept with its own search's rails
+    spec, last = frames[-1]
+    blocked = followed_results([image for _, image in frames[:-1]] + [with_obstacle(spec, last, "vehicle",
+                                                                                    OBSTACLE_Z_M, seed=0)])
+    assert blocked[-1].reason == TRACK_OCCLUDED  # an obstacle still hides the rails from both
 
 
 def test_an_obstacle_in_the_first_frame_is_not_judged_without_a_clear_frame() -> None:
