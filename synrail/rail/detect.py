@@ -1291,6 +1291,39 @@ def _detection(model: _PairModel, top_row: int, bottom_row: int, width: int, hei
                           bottom_row=None if bottom_row >= height - 1 else bottom_row)
 
 
+def rescaled(detection: TrackDetection, width: int, height: int) -> TrackDetection:
+    """The detection on the same frame resized to ``width`` x ``height`` (one scale for both axes).
+
+    Pixel centres map as ``s * x + (s - 1) / 2``: the fits' ``a`` and horizon take that map, ``b``
+    (a slope) stays, ``c`` (over ``t``, itself scaled) scales by ``s`` squared.
+
+    Args:
+        detection: the detection at its frame's size (its mask's shape).
+        width: the resized frame's width.
+        height: the resized frame's height.
+
+    Returns:
+        The detection at the new size, its mask drawn again there.
+    """
+    scale = width / detection.mask.shape[1]
+    offset = (scale - 1) / 2
+
+    def fit(rail: RailFit) -> RailFit:
+        return RailFit(scale * rail.horizon_v + offset, scale * rail.a + offset, rail.b, scale * scale * rail.c)
+
+    def row(v: int) -> int:
+        return int(min(height - 1, max(0, round(scale * v + offset))))
+
+    left, right = fit(detection.left_fit), fit(detection.right_fit)
+    top = row(detection.top_row)
+    bottom = None if detection.bottom_row is None else row(detection.bottom_row)
+    vanishing = (scale * detection.vanishing_point[0] + offset, scale * detection.vanishing_point[1] + offset)
+    return dataclasses.replace(detection, mask=track_area(left, right, top, height - 1 if bottom is None else bottom,
+                                                          width, height),
+                               left_fit=left, right_fit=right, vanishing_point=vanishing, top_row=top,
+                               bottom_row=bottom)
+
+
 def track_area(left: RailFit, right: RailFit, top_row: int, bottom_row: int, width: int, height: int
                ) -> np.ndarray:
     """Pixels between the rails' outer head edges, from ``top_row`` to ``bottom_row``.

@@ -35,6 +35,7 @@ from synrail.rail.detect import (
     lateral_offset,
     object_between_rails,
     rail_pair_rows,
+    rescaled,
     track_occluded,
 )
 from synrail.rail.estimate import estimate_geometry
@@ -50,6 +51,11 @@ _DISAGREEMENT = 0.15  # a given hfov this far (relative focal) from a sleeper es
 # the last ``MOUNT_WINDOW`` frames found.
 MOUNT_FRAMES, MOUNT_SPREAD, MOUNT_WINDOW = 3, 0.08, 25
 _SAME_TRACK_IOU = 0.8
+# The most columns the track finder sees a frame at: a wider frame is searched at this width, the
+# one its rules were developed and measured at (``benchmarks/rail.py --real``: the labelled frames
+# searched at 1920 columns give fewer tracks, in 61 ms a frame against 33). A narrower frame is
+# searched as it is: enlarged, it gave fewer tracks still.
+TRACK_WIDTH = 1280
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,9 @@ class RailFollower:
                ignore_mask: np.ndarray | None = None) -> TrackResult:
         """The next frame's track, or None with the reason (``TRACK_OCCLUDED`` among them).
 
+        A frame wider than ``TRACK_WIDTH`` columns is searched at that width, and the detection
+        drawn back at the frame's size.
+
         Args:
             image_bgr: the frame, the same size as the sequence's others.
             hfov_deg: as for ``detect_track``.
@@ -138,27 +147,36 @@ class RailFollower:
             if self._signature is not None and not same_shot(self._signature, signature):
                 self._new_shot()
             self._signature = signature
-        area = None if self._track_model is None else self._track_model.probability(image_bgr)
-        search = functools.partial(detect_track, image_bgr, hfov_deg=hfov_deg, ignore_mask=ignore_mask,
+        height, width = image_bgr.shape[:2]
+        work_image, work_mask = _at_track_width(image_bgr, ignore_mask)
+        area = None if self._track_model is None else self._track_model.probability(work_image)
+        search = functools.partial(detect_track, work_image, hfov_deg=hfov_deg, ignore_mask=work_mask,
                                    track_area=area, mount_offset=self.mount_offset)
+
+        def at_frame_size(found: TrackDetection) -> TrackDetection:
+            return found if work_image.shape[1] == width else rescaled(found, width, height)
+
         result = search(prior=self._prior or self._anchor)
-        detection = result.detection
-        if detection is None:
+        if result.detection is None:
             self._prior = self._expected = None
             return result
+        found, detection = result.detection, at_frame_size(result.detection)
+        # Objects on the track are judged at the frame's own size.
         occluded = self._occluded(image_bgr, detection, ignore_mask)
-        if occluded and detection.followed:
-            # A fit followed from the last frame can stop short of rails the frame's own search
-            # follows further up: where it finds the same track reaching them, nothing hides them.
+        if occluded and found.followed:
+            # A fit followed from the last frame can drift off far rails the frame's own search
+            # follows: where it finds the same track with its rails in view, nothing hides them.
             own = search().detection
-            if own is not None and _same_track(own, detection) and not self._occluded(image_bgr, own, ignore_mask):
-                result, detection, occluded = TrackResult(own), own, False
-        self._prior = self._anchor = detection
-        self._offsets.append(lateral_offset(detection))
+            own_here = None if own is None else at_frame_size(own)
+            if own_here is not None and _same_track(own_here, detection) and not self._occluded(
+                    image_bgr, own_here, ignore_mask):
+                found, detection, occluded = own, own_here, False
+        self._prior = self._anchor = found
+        self._offsets.append(lateral_offset(found))
         if occluded:
             return TrackResult(None, TRACK_OCCLUDED)
         self._expected = rail_pair_rows(image_bgr, detection, ignore_mask=ignore_mask)
-        return result
+        return TrackResult(detection)
 
     def _occluded(self, image_bgr: np.ndarray, detection: TrackDetection, ignore_mask: np.ndarray | None) -> bool:
         """Whether something stands between the rails, or hides them where the shot's last clear
@@ -176,6 +194,19 @@ class RailFollower:
         recent = np.array(self._offsets[-MOUNT_WINDOW:])
         median = float(np.median(recent))
         return median if float(np.median(np.abs(recent - median))) <= MOUNT_SPREAD else None
+
+
+def _at_track_width(image_bgr: np.ndarray, ignore_mask: np.ndarray | None
+                    ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The frame and its ignore mask shrunk to ``TRACK_WIDTH`` columns when wider (else unchanged)."""
+    height, width = image_bgr.shape[:2]
+    if width <= TRACK_WIDTH:
+        return image_bgr, ignore_mask
+    size = (TRACK_WIDTH, max(1, round(height * TRACK_WIDTH / width)))
+    image = cv2.resize(image_bgr, size, interpolation=cv2.INTER_AREA)
+    if ignore_mask is not None:
+        ignore_mask = cv2.resize(ignore_mask.astype(np.uint8), size, interpolation=cv2.INTER_NEAREST).astype(bool)
+    return image, ignore_mask
 
 
 def _same_track(a: TrackDetection, b: TrackDetection) -> bool:
@@ -272,8 +303,12 @@ def solve_shot_cameras(evidence: Sequence[tuple[int, FrameEvidence]], shots: int
     if shots > 1:
         standing = dataclasses.replace(standing, notes=standing.notes + (
             f"{shots} shots (the footage cuts, or holds unrelated stills): each shot's camera is solved "
-            f"on its own; this is shot {longest + 1}'s, from {len(by_shot[longest])} frames",))
+            f"on its own; this is shot {longest + 1}'s, from {_frames(len(by_shot[longest]))}",))
     return cameras, standing
+
+
+def _frames(count: int) -> str:
+    return f"{count} frame" if count == 1 else f"{count} frames"
 
 
 def _choose_focal(estimate: FocalEstimate | None, settings: CameraSettings, source_width: int, scale: float

@@ -137,6 +137,51 @@ def test_a_followed_fit_stopping_short_is_no_occluder_where_the_frame_s_own_sear
     assert blocked[-1].reason == TRACK_OCCLUDED  # an obstacle still hides the rails from both
 
 
+@pytest.mark.parametrize("width, searched", [(1920, 1280), (640, 640)])
+def test_a_frame_wider_than_the_finder_s_width_is_searched_at_that_width(
+        width: int, searched: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The finder's rules were measured at ``TRACK_WIDTH`` columns: a wider frame is searched there
+    and its detection drawn back at the frame's size; a narrower one is searched as it is."""
+    import synrail.rail.sequence as sequence_module
+    from synrail.rail.detect import rescaled
+    from synrail.rail.sequence import TRACK_WIDTH
+
+    searched_widths = []
+
+    def recording(image: np.ndarray, **kwargs) -> TrackResult:
+        searched_widths.append(image.shape[1])
+        return detect_track(image, **kwargs)
+
+    monkeypatch.setattr(sequence_module, "detect_track", recording)
+    _, image = sequence(0, "ballasted", 0.002)[0]
+    at_track_width = cv2.resize(image, (TRACK_WIDTH, TRACK_WIDTH * HEIGHT // WIDTH), interpolation=cv2.INTER_LINEAR)
+    frame = cv2.resize(at_track_width, (width, width * HEIGHT // WIDTH), interpolation=cv2.INTER_AREA
+                       if width < TRACK_WIDTH else cv2.INTER_LINEAR)
+    found = RailFollower().detect(frame).detection
+    assert found is not None and found.mask.shape == frame.shape[:2]
+    assert set(searched_widths) == {searched}
+    if searched == TRACK_WIDTH:
+        reference = rescaled(RailFollower().detect(at_track_width).detection, frame.shape[1], frame.shape[0])
+        assert np.count_nonzero(found.mask & reference.mask) >= 0.97 * np.count_nonzero(found.mask | reference.mask)
+        assert abs(found.horizon_v - reference.horizon_v) < 0.01 * frame.shape[0]
+
+
+def test_a_detection_rescaled_to_another_size_keeps_its_rails_on_the_scene_s() -> None:
+    from synrail.rail.detect import rescaled
+
+    spec, image = sequence(0, "ballasted", 0.002)[0]
+    found = detect_track(image).detection
+    assert found is not None
+    double = rescaled(found, 2 * WIDTH, 2 * HEIGHT)
+    rows = np.arange(found.top_row, HEIGHT, dtype=np.float64)
+    for small, large in ((found.left_fit, double.left_fit), (found.right_fit, double.right_fit)):
+        # pixel centres: column x at this size is column 2 x + 0.5 at twice the size
+        assert np.allclose(large.x(2 * rows + 0.5), 2 * small.x(rows) + 0.5)
+    back = rescaled(double, WIDTH, HEIGHT)
+    assert np.count_nonzero(back.mask ^ found.mask) <= 0.01 * np.count_nonzero(found.mask)
+    assert back.top_row == found.top_row and back.bottom_row == found.bottom_row
+
+
 def test_an_obstacle_in_the_first_frame_is_not_judged_without_a_clear_frame() -> None:
     """Occlusion is judged against what the sequence showed: a first frame has nothing to go by."""
     spec, image = sequence(0, "ballasted", 0.0)[0]

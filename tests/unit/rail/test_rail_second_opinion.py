@@ -132,8 +132,10 @@ class OracleModel:
         self.truth, self.frames = truth.astype(np.float32), frames
 
     def probability(self, image: np.ndarray) -> np.ndarray:
+        """At the image's own size, as the learned model's."""
         self.frames -= 1
-        return self.truth if self.frames >= 0 else np.zeros_like(self.truth)
+        area = cv2.resize(self.truth, image.shape[1::-1], interpolation=cv2.INTER_LINEAR)
+        return area if self.frames >= 0 else np.zeros_like(area)
 
 
 def test_a_sequence_learns_its_cameras_mount_from_the_frames_it_is_sure_of() -> None:
