@@ -363,7 +363,16 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
                 continue
             except _NoTrack as failure:
                 first_failure = first_failure or failure
-                continue
+                if str(failure) != RAILS_NOT_AT_BOTTOM:
+                    continue
+                # Rails followed from straight chords can stop short in the open where a curve or a
+                # switch's blades lie in the chords' wide first window: followed again, its fit
+                # trusted from the first band on (narrow windows), the pair may reach the bottom.
+                try:
+                    detection = _followed_pair(frame, model, seen_rows, horizon_limits, width, height, mount,
+                                               from_prior=True, area=area)
+                except _NoTrack:
+                    continue
             return TrackResult(detection)
     # Pairs whose rails ran beside other lines where they were seen, once no pair was clear (a
     # clear pair comes first: a rack or guard rail in a track's middle pairs with one of its rails),

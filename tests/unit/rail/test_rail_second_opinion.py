@@ -182,3 +182,22 @@ def test_rails_seen_over_a_short_stretch_are_a_stub_not_a_track(seed: int) -> No
     assert stub.detection is None and stub.reason == detect.RAILS_TOO_SHORT
     track = detect_track(seen_up_to(2.5))
     assert track.detection is not None, track.reason
+
+
+def test_a_pair_whose_chords_stop_short_is_followed_again_trusting_its_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rails followed from straight Hough chords that stop in the open are followed once more with the
+    pair's fit trusted from the first band (as a prior is), which may reach the bottom."""
+    _, image, truth = scene(0, 0.0)
+    original = detect._followed_pair
+    tries = []
+
+    def chords_stop_short(*args, from_prior: bool = False, **kwargs) -> detect.TrackDetection:
+        tries.append(from_prior)
+        if not from_prior:
+            raise detect._NoTrack(detect.RAILS_NOT_AT_BOTTOM)
+        return original(*args, from_prior=from_prior, **kwargs)
+
+    monkeypatch.setattr(detect, "_followed_pair", chords_stop_short)
+    found = detect_track(image).detection
+    assert found is not None and iou_with_truth(truth, found) > 0.95
+    assert tries[:2] == [False, True]
