@@ -1,10 +1,11 @@
-"""The camera of one sequence (a video, or a folder of frames from one camera), solved from what its
-frames show, and each frame's geometry under it.
+"""The rails followed through a sequence (a video, or a folder of frames), shot by shot, and the
+camera of each shot, solved from what its frames show, with each frame's geometry under it.
 
 Order: the focal length (given, from the sleepers, or the fallback), then the shared horizon,
 height and offset over the confident frames (``calibration``), then each frame's geometry with
-those priors, or the reason its rails contradict them. Stages call ``frame_evidence`` once per
-frame (no frame is kept in memory), then ``solve_sequence_camera``, then ``frame_geometry``.
+those priors, or the reason its rails contradict them. Stages feed the frames to a
+``RailFollower`` in order, call ``frame_evidence`` once per frame found (no frame is kept in
+memory), then ``solve_shot_cameras``, then ``frame_geometry`` with each frame's shot's camera.
 """
 
 from __future__ import annotations
