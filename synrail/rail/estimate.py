@@ -114,7 +114,7 @@ def refine_with_segmenter(image_bgr: np.ndarray, coarse_mask: np.ndarray, segmen
     if not results:
         return coarse
     refined = postprocess_mask(results[0].mask)
-    if refined is None or _iou(refined, coarse) < MIN_REFINED_IOU:
+    if refined is None or mask_iou(refined, coarse) < MIN_REFINED_IOU:
         return coarse
     return refined
 
@@ -182,7 +182,8 @@ def _outside_points(mask: np.ndarray, rows: np.ndarray, count: int, rng: np.rand
     return points
 
 
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
+def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
+    """Intersection over union of two boolean masks of one shape (0 when both are empty)."""
     union = np.logical_or(a, b).sum()
     return float(np.logical_and(a, b).sum() / union) if union else 0.0
 

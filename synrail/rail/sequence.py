@@ -39,7 +39,7 @@ from synrail.rail.detect import (
     rescaled,
     track_occluded,
 )
-from synrail.rail.estimate import estimate_geometry
+from synrail.rail.estimate import estimate_geometry, mask_iou
 from synrail.rail.geometry import CameraGeometry
 from synrail.rail.learned import TrackAreaModel, default_track_model
 from synrail.rail.shots import ShotSignature, same_shot, shot_signature
@@ -217,8 +217,8 @@ def _same_track(a: TrackDetection, b: TrackDetection) -> bool:
     last = min(*(d.mask.shape[0] - 1 if d.bottom_row is None else d.bottom_row for d in (a, b)))
     if last <= first:
         return False
-    both, either = a.mask[first:last + 1] & b.mask[first:last + 1], a.mask[first:last + 1] | b.mask[first:last + 1]
-    return np.count_nonzero(both) >= _SAME_TRACK_IOU * max(1, np.count_nonzero(either))
+    rows = slice(first, last + 1)
+    return mask_iou(a.mask[rows], b.mask[rows]) >= _SAME_TRACK_IOU
 
 
 def frame_evidence(prepared: PreparedFrame, detection: TrackDetection, settings: CameraSettings) -> FrameEvidence:
