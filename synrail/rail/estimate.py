@@ -183,7 +183,15 @@ def _outside_points(mask: np.ndarray, rows: np.ndarray, count: int, rng: np.rand
 
 
 def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
-    """Intersection over union of two boolean masks of one shape (0 when both are empty)."""
+    """Intersection over union of two boolean masks.
+
+    Args:
+        a: a boolean mask.
+        b: another of the same shape.
+
+    Returns:
+        Their intersection over union, 0 when both are empty.
+    """
     union = np.logical_or(a, b).sum()
     return float(np.logical_and(a, b).sum() / union) if union else 0.0
 
