@@ -127,6 +127,14 @@ _NEAR_GAP_SHARE = 0.6
 # at 0.7. The 18-epoch model is surer of itself: at 0.7 it seconded a track beside a camera mounted
 # between two (the slab null frame, overlap 0.75); 0.75 and 0.8 found as many correct tracks.)
 LEARNED_AGREEMENT = 0.8
+# Where nothing is found at the frame's width, frames at least _COARSE_FROM times this wide are
+# searched once more shrunk to it (``_coarse_look``).
+COARSE_WIDTH = 640
+_COARSE_FROM = 1.5
+# ... and taken there only with the camera this close to the pair's centre line, in rail gaps (the
+# centred mount allows 0.75 at full width). On the labelled frames and their degraded copies the
+# wrong coarse findings lay 0.54-0.65 gaps off, all but one right one within 0.49.
+_COARSE_MAX_OFFSET_GAPS = 0.5
 # Occlusion (gap ratios, i.e. distance ratios): a run of rows without the rail pair counts inside
 # the range from this one on; at the top of the range (a shortened reach) from this one.
 _OCCLUSION_REACH_RATIO = 1.5
@@ -324,7 +332,9 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
 
     Returns:
         The detection, or None with the reason. Rails that end above the bottom are accepted
-        only where a horizontal occluder edge (a hood) crosses the track there.
+        only where a horizontal occluder edge (a hood) crosses the track there. Where nothing is
+        found, a frame at least 1.5 times ``COARSE_WIDTH`` wide is searched once more shrunk to
+        that width (``_coarse_look``): its centred findings are drawn back at the frame's size.
     """
     height, width = image_bgr.shape[:2]
     grey = image_bgr if image_bgr.ndim == 2 else cv2.cvtColor(image_bgr, cv2.COLOR_BGR2GRAY)
@@ -390,7 +400,39 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
                                               from_prior=True, area=area))
         except _NoTrack as failure:
             first_failure = first_failure or failure
+    if width >= _COARSE_FROM * COARSE_WIDTH:
+        coarse = _coarse_look(image_bgr, hfov_deg=hfov_deg, max_rows_fraction=max_rows_fraction,
+                              bottom_ignore=bottom_ignore, ignore_mask=ignore_mask, mount_offset=mount_offset)
+        if coarse is not None:
+            return TrackResult(coarse)
     return TrackResult(None, str(first_failure))
+
+
+def _coarse_look(image_bgr: np.ndarray, *, hfov_deg: float | None, max_rows_fraction: float, bottom_ignore: float,
+                 ignore_mask: np.ndarray | None, mount_offset: float | None) -> TrackDetection | None:
+    """The track found on the frame shrunk to ``COARSE_WIDTH`` columns, drawn back at the frame's
+    size, or None.
+
+    The finder's pixel rules (ridge floors, band heights, the fit's residual scale, the Hough
+    segments' lengths) are not free of scale: the labelled frames at 640 columns show some tracks
+    the search at 1280 misses (rusty near rails, switches) and miss others. So the coarse width
+    is a second look where the first found nothing, not a replacement. Only findings the lines
+    settle alone are taken there (a pair centred under the camera, or at the sequence's known
+    mount, reaching the bottom or a hood) and only within ``_COARSE_MAX_OFFSET_GAPS`` of where the
+    camera rides (its known mount, else its centre line). No learned second opinion: at this
+    width it seconded neighbour tracks and a null frame.
+    """
+    height, width = image_bgr.shape[:2]
+    size = (COARSE_WIDTH, max(1, round(height * COARSE_WIDTH / width)))
+    small = cv2.resize(image_bgr, size, interpolation=cv2.INTER_AREA)
+    # A shrunk pixel shows no scene where any pixel under it showed none.
+    mask = None if ignore_mask is None else cv2.resize(ignore_mask.astype(np.float32), size,
+                                                       interpolation=cv2.INTER_AREA) > 0
+    found = detect_track(small, hfov_deg=hfov_deg, max_rows_fraction=max_rows_fraction, bottom_ignore=bottom_ignore,
+                         ignore_mask=mask, mount_offset=mount_offset).detection
+    if found is None or abs(lateral_offset(found) - (mount_offset or 0.0)) > _COARSE_MAX_OFFSET_GAPS:
+        return None
+    return rescaled(found, width, height)
 
 
 def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int], horizon_limits: tuple[float, float],
