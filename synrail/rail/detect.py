@@ -423,16 +423,36 @@ def _coarse_look(image_bgr: np.ndarray, *, hfov_deg: float | None, max_rows_frac
     width it seconded neighbour tracks and a null frame.
     """
     height, width = image_bgr.shape[:2]
-    size = (COARSE_WIDTH, max(1, round(height * COARSE_WIDTH / width)))
-    small = cv2.resize(image_bgr, size, interpolation=cv2.INTER_AREA)
-    # A shrunk pixel shows no scene where any pixel under it showed none.
-    mask = None if ignore_mask is None else cv2.resize(ignore_mask.astype(np.float32), size,
-                                                       interpolation=cv2.INTER_AREA) > 0
+    small, mask = shrunk(image_bgr, ignore_mask, COARSE_WIDTH)
     found = detect_track(small, hfov_deg=hfov_deg, max_rows_fraction=max_rows_fraction, bottom_ignore=bottom_ignore,
                          ignore_mask=mask, mount_offset=mount_offset).detection
     if found is None or abs(lateral_offset(found) - (mount_offset or 0.0)) > _COARSE_MAX_OFFSET_GAPS:
         return None
     return rescaled(found, width, height)
+
+
+def shrunk(image_bgr: np.ndarray, ignore_mask: np.ndarray | None, width: int
+           ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The frame and its ignore mask shrunk to ``width`` columns (aspect kept); unchanged when the
+    frame is not wider.
+
+    Args:
+        image_bgr: the frame.
+        ignore_mask: H x W bool, True where the frame shows no scene, or None.
+        width: the width to shrink to.
+
+    Returns:
+        The frame and the mask at that width: a shrunk pixel shows no scene where any pixel under
+        it showed none.
+    """
+    height, frame_width = image_bgr.shape[:2]
+    if frame_width <= width:
+        return image_bgr, ignore_mask
+    size = (width, max(1, round(height * width / frame_width)))
+    image = cv2.resize(image_bgr, size, interpolation=cv2.INTER_AREA)
+    if ignore_mask is not None:
+        ignore_mask = cv2.resize(ignore_mask.astype(np.float32), size, interpolation=cv2.INTER_AREA) > 0
+    return image, ignore_mask
 
 
 def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int], horizon_limits: tuple[float, float],

@@ -37,6 +37,7 @@ from synrail.rail.detect import (
     object_between_rails,
     rail_pair_rows,
     rescaled,
+    shrunk,
     track_occluded,
 )
 from synrail.rail.estimate import estimate_geometry, mask_iou
@@ -149,7 +150,7 @@ class RailFollower:
                 self._new_shot()
             self._signature = signature
         height, width = image_bgr.shape[:2]
-        work_image, work_mask = _at_track_width(image_bgr, ignore_mask)
+        work_image, work_mask = shrunk(image_bgr, ignore_mask, TRACK_WIDTH)
         area = None if self._track_model is None else self._track_model.probability(work_image)
         search = functools.partial(detect_track, work_image, hfov_deg=hfov_deg, ignore_mask=work_mask,
                                    track_area=area, mount_offset=self.mount_offset)
@@ -195,19 +196,6 @@ class RailFollower:
         recent = np.array(self._offsets[-MOUNT_WINDOW:])
         median = float(np.median(recent))
         return median if float(np.median(np.abs(recent - median))) <= MOUNT_SPREAD else None
-
-
-def _at_track_width(image_bgr: np.ndarray, ignore_mask: np.ndarray | None
-                    ) -> tuple[np.ndarray, np.ndarray | None]:
-    """The frame and its ignore mask shrunk to ``TRACK_WIDTH`` columns when wider (else unchanged)."""
-    height, width = image_bgr.shape[:2]
-    if width <= TRACK_WIDTH:
-        return image_bgr, ignore_mask
-    size = (TRACK_WIDTH, max(1, round(height * TRACK_WIDTH / width)))
-    image = cv2.resize(image_bgr, size, interpolation=cv2.INTER_AREA)
-    if ignore_mask is not None:
-        ignore_mask = cv2.resize(ignore_mask.astype(np.uint8), size, interpolation=cv2.INTER_NEAREST).astype(bool)
-    return image, ignore_mask
 
 
 def _same_track(a: TrackDetection, b: TrackDetection) -> bool:

@@ -9,6 +9,7 @@ from functools import cache
 
 import numpy as np
 import pytest
+from test_rail_second_opinion import iou_with_truth
 
 from synrail.rail import detect
 from synrail.rail.detect import COARSE_WIDTH, NO_RAIL_EDGES, detect_track, lateral_offset
@@ -38,14 +39,6 @@ def blind_above_coarse_width(monkeypatch: pytest.MonkeyPatch) -> None:
         return original(grey, *args, **kwargs)
 
     monkeypatch.setattr(detect, "_ridge_segments", segments)
-
-
-def iou_with_truth(truth: np.ndarray, found: detect.TrackDetection) -> float:
-    covered = truth.copy()
-    covered[:found.top_row] = False
-    if found.bottom_row is not None:
-        covered[found.bottom_row + 1:] = False
-    return float((found.mask & covered).sum() / max(1, (found.mask | covered).sum()))
 
 
 @pytest.mark.usefixtures("blind_above_coarse_width")
@@ -87,3 +80,14 @@ def test_a_frame_not_much_wider_than_the_coarse_width_gets_no_coarse_look() -> N
     image, _ = wide_scene(0.0, width=800, height=450)
     result = detect_track(image)
     assert result.detection is None and result.reason == NO_RAIL_EDGES
+
+
+def test_a_shrunk_frame_hides_what_any_pixel_under_it_hid() -> None:
+    image = np.zeros((90, 1600, 3), dtype=np.uint8)
+    mask = np.zeros((90, 1600), dtype=bool)
+    mask[:, 801] = True  # one column: a third of a shrunk pixel at 2.5x
+    small, small_mask = detect.shrunk(image, mask, 640)
+    assert small.shape == (36, 640, 3) and small_mask.shape == (36, 640)
+    assert small_mask[:, 320].all() and small_mask.sum() == 36
+    same, same_mask = detect.shrunk(image[:, :600], mask[:, :600], 640)
+    assert same.shape == (90, 600, 3) and same_mask is not None and same_mask.shape == (90, 600)
