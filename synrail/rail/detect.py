@@ -133,7 +133,7 @@ COARSE_WIDTH = 640
 _COARSE_FROM = 1.5
 # ... and taken there only with the camera this close to the pair's centre line, in rail gaps (the
 # centred mount allows 0.75 at full width). On the labelled frames and their degraded copies the
-# wrong coarse findings lay 0.54-0.65 gaps off, all but one right one within 0.49.
+# wrong coarse findings lay 0.54-0.65 gaps off, the right ones within 0.49 but one frame's (0.59-0.70).
 _COARSE_MAX_OFFSET_GAPS = 0.5
 # Occlusion (gap ratios, i.e. distance ratios): a run of rows without the rail pair counts inside
 # the range from this one on; at the top of the range (a shortened reach) from this one.
