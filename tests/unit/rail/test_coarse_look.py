@@ -13,6 +13,7 @@ from test_rail_second_opinion import iou_with_truth
 
 from synrail.rail import detect
 from synrail.rail.detect import COARSE_WIDTH, NO_RAIL_EDGES, detect_track, lateral_offset
+from synrail.rail.sequence import RailFollower
 from synrail.sources.procedural_backgrounds import render_background, sample_background_spec
 
 
@@ -91,3 +92,13 @@ def test_a_shrunk_frame_hides_what_any_pixel_under_it_hid() -> None:
     assert small_mask[:, 320].all() and small_mask.sum() == 36
     same, same_mask = detect.shrunk(image[:, :600], mask[:, :600], 640)
     assert same.shape == (90, 600, 3) and same_mask is not None and same_mask.shape == (90, 600)
+
+
+@pytest.mark.usefixtures("blind_above_coarse_width")
+def test_a_build_s_follower_draws_the_coarse_finding_back_at_the_frame_s_size() -> None:
+    """A 1920 frame is searched at the follower's 1280 columns, then at the coarse 640: the finding
+    is drawn back twice."""
+    image, truth = wide_scene(0.0, width=1920, height=1080)
+    found = RailFollower(track_model=None).detect(image).detection
+    assert found is not None and found.mask.shape == truth.shape
+    assert iou_with_truth(truth, found) > 0.95
