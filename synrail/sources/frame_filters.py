@@ -101,6 +101,29 @@ def hamming(a: int, b: int) -> int:
     return (a ^ b).bit_count()
 
 
+@dataclass(frozen=True)
+class FrameMeasures:
+    """What the filters measure on every sampled frame."""
+
+    mean_luma: float  # of the lower half (``exposure_stats``)
+    dark: float       # share of crushed-black pixels there
+    bright: float     # share of clipped-white pixels there
+    blur: float       # ``blur_score``
+    phash: int        # ``phash``
+
+
+def measure_frame(image: np.ndarray) -> FrameMeasures:
+    """The exposure, blur and perceptual hash of a frame: all the filters measure before deciding.
+
+    Args:
+        image: the frame (BGR or grey).
+
+    Returns:
+        The measures.
+    """
+    return FrameMeasures(*exposure_stats(image), blur=blur_score(image), phash=phash(image))
+
+
 # -- obstacle detectors --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Detection:
@@ -278,9 +301,9 @@ def filter_frames(frames: Iterable[SampledFrame], cfg: FilterConfig,
     """
     kept_hashes: list[int] = []
     for frame in frames:
-        mean_luma, dark, bright = exposure_stats(frame.image)
-        blur, digest = blur_score(frame.image), phash(frame.image)
-        reason = _exposure_reason(mean_luma, dark, bright, cfg)
+        measures = measure_frame(frame.image)
+        blur, digest = measures.blur, measures.phash
+        reason = _exposure_reason(measures.mean_luma, measures.dark, measures.bright, cfg)
         if reason is None and blur > cfg.max_blur:
             reason = REASON_BLURRED
         if reason is None and any(hamming(digest, h) <= cfg.duplicate_hamming for h in kept_hashes):
@@ -293,4 +316,4 @@ def filter_frames(frames: Iterable[SampledFrame], cfg: FilterConfig,
         if reason is None:
             kept_hashes.append(digest)
         yield FrameDecision(frame=frame, accepted=reason is None, reason=reason, blur=blur,
-                            mean_luma=mean_luma, phash=digest)
+                            mean_luma=measures.mean_luma, phash=digest)

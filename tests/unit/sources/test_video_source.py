@@ -23,6 +23,7 @@ from synrail.sources.frame_filters import (
     exposure_stats,
     filter_frames,
     hamming,
+    measure_frame,
     phash,
 )
 from synrail.sources.image_safety import declared_size
@@ -235,6 +236,14 @@ def test_exposure_is_judged_on_the_ground_half():
     tunnel = np.zeros((H, W, 3), np.uint8)
     tunnel[H // 2:] = 60  # a dark tunnel mouth over a lit track
     assert exposure_stats(tunnel) == (60.0, 0.0, 0.0)
+
+
+def test_a_frame_s_measures_are_the_filters_own():
+    rng = np.random.default_rng(1)
+    frame = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
+    measures = measure_frame(frame)
+    assert (measures.mean_luma, measures.dark, measures.bright) == exposure_stats(frame)
+    assert measures.blur == blur_score(frame) and measures.phash == phash(frame)
 
 
 def test_filter_config_is_strict():
