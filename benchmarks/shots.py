@@ -30,21 +30,13 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.results import new_results, write_results  # noqa: E402
 from synrail.rail.shots import same_shot, shot_signature  # noqa: E402
-from synrail.sources.video import IMAGE_EXTENSIONS, natural_order  # noqa: E402
+from synrail.sources.video import IMAGE_EXTENSIONS, VideoRef, natural_order, sample_frames  # noqa: E402
 
 
 def video_frames(path: Path, every_s: float) -> list[np.ndarray]:
-    """The video's frames every ``every_s`` seconds."""
-    capture = cv2.VideoCapture(str(path))
-    step = max(1, round((capture.get(cv2.CAP_PROP_FPS) or 25.0) * every_s))
-    frames, index = [], 0
-    while True:
-        ok, frame = capture.read()
-        if not ok:
-            return frames
-        if index % step == 0:
-            frames.append(frame)
-        index += 1
+    """The video's frames every ``every_s`` seconds, sampled as a build samples them."""
+    video = VideoRef(url=str(path), name=path.name, size=path.stat().st_size, version="")
+    return [frame.image for frame in sample_frames(video, fps=1.0 / every_s)]
 
 
 def folder_frames(folder: Path) -> list[np.ndarray]:
