@@ -2,7 +2,7 @@
 ego-track finding on labelled real frames.
 
     python benchmarks/rail.py [--scenes 48] [--width 1280 --height 720] [--seed 0]
-    python benchmarks/rail.py --real DIR [--width 1280] [--split even|odd] [--overlays OUT]
+    python benchmarks/rail.py --real DIR [--width 1280] [--split even|odd] [--overlays OUT] [--ceiling 4]
     ... [--learned on|off|both] [--model ONNX] [--json OUT.json] [--conditions dark,rain,...]
 
 Renders scenes cycling through track type x condition x straight/curved (camera height, pitch,
@@ -24,6 +24,12 @@ resized to ``--width`` (aspect kept, coordinates scaled back) and compares with 
 (``CONDITIONS_REAL``: night or a tunnel, rain, snow, fog, a soft lens, forward-motion blur, heavy
 JPEG), the learned area seeing the degraded frame too, and prints per family how many stay on the
 track: the labelled frames hold few such conditions, acceptance footage many.
+
+``--ceiling N`` (with ``--real``) also follows every candidate the finder has on each frame
+(``detect.candidate_tracks``: N pairs under each mount, both ways, the learned proposal, the coarse
+look's) without judging them, and counts the frames where one of them lies on the ego track: the
+most the finder's choice could reach with these proposals. Frames with a track that the finder
+misses below that ceiling are lost to the choice, the rest to the proposals.
 
 ``--learned`` runs the finder with the learned ego-track area (``synrail.rail.learned``; the
 shipped model, or ``--model``), without it, or both (the default; a table each). The per-frame
@@ -52,7 +58,7 @@ import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks.results import new_results, write_results  # noqa: E402
-from synrail.rail.detect import detect_track  # noqa: E402
+from synrail.rail.detect import candidate_tracks, detect_track  # noqa: E402
 from synrail.rail.estimate import estimate_geometry  # noqa: E402
 from synrail.rail.geometry import CameraGeometry  # noqa: E402
 from synrail.rail.learned import TrackAreaModel, default_track_model  # noqa: E402
@@ -164,6 +170,9 @@ def main() -> None:
                         help="the learned ego-track area as the finder's second opinion (default: a table each)")
     parser.add_argument("--model", type=Path, help="an ONNX track-area model instead of the shipped one")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--ceiling", type=int, metavar="N",
+                        help="with --real: also follow every candidate (N pairs per mount; the finder's own: 4) "
+                             "and count the frames where one lies on the ego track")
     parser.add_argument("--conditions", type=_condition_names, default=[],
                         help=f"with --real: also under these degradations, comma-separated "
                              f"({', '.join(CONDITIONS_REAL)}; 'all': every one)")
@@ -175,7 +184,7 @@ def main() -> None:
         if args.real is not None:
             overlays = None if args.overlays is None else args.overlays / ("on" if model else "off")
             figures["runs"][name], outcomes = run_real_benchmark(args.real, width=args.width, split=args.split,
-                                                                 overlays=overlays, model=model)
+                                                                 overlays=overlays, model=model, ceiling=args.ceiling)
             if args.conditions:
                 figures["runs"][f"{name}, degraded frames"] = run_real_conditions(
                     args.real, args.conditions, outcomes, width=args.width, split=args.split, model=model)
@@ -257,6 +266,7 @@ class RealOutcome:
     right_covered: float = math.nan  # ... of the labelled rows the detection covers
     error: float = math.nan        # median over covered rows of the worse rail's error / gap
     neighbour: bool = False        # the detection lies on another track (centre off by > half a gap)
+    reachable: bool | None = None  # one of the finder's candidates lies on the ego track (None: not asked)
 
     @property
     def correct(self) -> bool:
@@ -296,6 +306,13 @@ def label_rows(label: dict[str, list[list[float]]], n: int = REAL_ROWS
     return rows, column(left), column(right)
 
 
+def on_ego_track(detection, scale: float, label) -> bool:
+    """Whether a detection at ``scale`` lies on the labelled ego track where it reaches."""
+    outcome = RealOutcome("", "", labelled=True, detected=True)
+    score_detection(outcome, detection, scale, label)
+    return outcome.on_track
+
+
 def score_detection(outcome: RealOutcome, detection, scale: float, label) -> None:
     """Fills the outcome's row share, error and neighbour flag from a detection at ``scale``."""
     rows, left, right = label_rows(label)
@@ -312,7 +329,8 @@ def score_detection(outcome: RealOutcome, detection, scale: float, label) -> Non
 
 
 def evaluate_real(path: Path, label, width: int, overlays: Path | None,
-                  model: TrackAreaModel | None = None, condition: A.BasicTransform | None = None) -> RealOutcome:
+                  model: TrackAreaModel | None = None, condition: A.BasicTransform | None = None,
+                  ceiling: int | None = None) -> RealOutcome:
     image = cv2.imread(str(path), cv2.IMREAD_COLOR)
     scale = width / image.shape[1]
     resized = cv2.resize(image, (width, round(image.shape[0] * scale)),
@@ -329,6 +347,9 @@ def evaluate_real(path: Path, label, width: int, overlays: Path | None,
                           detected=result.detection is not None, reason=result.reason, ms=ms)
     if result.detection is not None and label is not None:
         score_detection(outcome, result.detection, scale, label)
+    if ceiling is not None and label is not None:
+        outcome.reachable = any(on_ego_track(track, scale, label)
+                                for track in candidate_tracks(resized, track_area=area, pairs_per_mount=ceiling))
     if overlays is not None:
         draw_overlay(resized, result.detection, label, scale, outcome, overlays / path.name)
     return outcome
@@ -367,7 +388,9 @@ def real_summary(outcomes: list[RealOutcome]) -> dict[str, float]:
             "on_track_pct": 100 * sum(o.on_track for o in labelled) / max(1, len(labelled)),
             "median_error": float(np.median(errors)) if errors else math.nan,
             "false": sum(o.detected for o in outcomes if not o.labelled),
-            "neighbour": sum(o.neighbour for o in found), "cpu_ms": float(np.median([o.ms for o in outcomes]))}
+            "neighbour": sum(o.neighbour for o in found), "cpu_ms": float(np.median([o.ms for o in outcomes])),
+            **({"reachable": sum(bool(o.reachable) for o in labelled)}
+               if any(o.reachable is not None for o in outcomes) else {})}
 
 
 def real_summary_row(name: str, outcomes: list[RealOutcome]) -> str:
@@ -407,11 +430,14 @@ def by_family(outcomes: list[RealOutcome]) -> dict[str, list[RealOutcome]]:
 
 
 def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays: Path | None,
-                       model: TrackAreaModel | None = None) -> tuple[dict, list[RealOutcome]]:
-    """Runs ``detect_track`` on each labelled frame in ``folder``, prints the table and returns its
-    figures (per group) and the frames' outcomes."""
+                       model: TrackAreaModel | None = None, ceiling: int | None = None
+                       ) -> tuple[dict, list[RealOutcome]]:
+    """Runs ``detect_track`` on each labelled frame in ``folder``, prints the table (and, with a
+    ``ceiling``, the one of ``print_ceiling``) and returns its figures (per group) and the frames'
+    outcomes."""
     labels, names = labelled_names(folder, split)
-    outcomes = [evaluate_real(folder / name, labels[name], width, overlays, model) for name in names]
+    outcomes = [evaluate_real(folder / name, labels[name], width, overlays, model, ceiling=ceiling)
+                for name in names]
     for o in outcomes:
         verdict = ("correct" if o.correct else "neighbour track" if o.neighbour
                    else "short" if o.on_track else "wrong" if o.detected and o.labelled
@@ -439,8 +465,28 @@ def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays:
                **{group: real_summary([o for o in outcomes if o.group == group]) for group in groups},
                "frames": {o.name: {"verdict": "correct" if o.correct else "short" if o.on_track
                                    else "wrong" if o.detected else "none",
-                                   "reason": o.reason, "rows": o.right_rows} for o in outcomes}}
+                                   "reason": o.reason, "rows": o.right_rows,
+                                   **({} if o.reachable is None else {"reachable": o.reachable})}
+                          for o in outcomes}}
+    if ceiling is not None:
+        print_ceiling({"all": outcomes, **families,
+                       **{group: [o for o in outcomes if o.group == group] for group in groups}}, ceiling)
     return figures, outcomes
+
+
+def print_ceiling(outcomes_by_name: dict[str, list[RealOutcome]], ceiling: int) -> None:
+    """Per family and group: the frames with a track, those the finder puts on it, those where one
+    of its candidates lies on it, and where the others are lost (to the choice, to the proposals)."""
+    print(f"\nceiling: {ceiling} candidate pairs per mount followed without judging them; reach = frames where "
+          f"one lies on the ego track; choice = of those, frames the finder is not on it; proposals = frames "
+          f"neither the finder nor a candidate is on it")
+    print(f"{'group':<12}{'track':>6}{'on trk':>8}{'reach':>7}{'choice':>8}{'proposals':>11}")
+    for name, outcomes in outcomes_by_name.items():
+        labelled = [o for o in outcomes if o.labelled]
+        print(f"{name:<12}{len(labelled):>6}{sum(o.on_track for o in labelled):>8}"
+              f"{sum(bool(o.reachable) for o in labelled):>7}"
+              f"{sum(bool(o.reachable) and not o.on_track for o in labelled):>8}"
+              f"{sum(not o.reachable and not o.on_track for o in labelled):>11}")
 
 
 def run_real_conditions(folder: Path, conditions: list[str], undegraded: list[RealOutcome], *, width: int,

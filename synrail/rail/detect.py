@@ -337,14 +337,8 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
         that width (``_coarse_look``): its centred findings are drawn back at the frame's size.
     """
     height, width = image_bgr.shape[:2]
-    grey = image_bgr if image_bgr.ndim == 2 else cv2.cvtColor(image_bgr, cv2.COLOR_BGR2GRAY)
-    grey = cv2.GaussianBlur(grey, (3, 3), 0)
-    visible = _visible_rows(height, bottom_ignore, ignore_mask)
-    keep = None if ignore_mask is None else ~ignore_mask[:visible]
-    grey = grey[:visible]
-    first_row = int(visible - height * max_rows_fraction)
-    horizon_limits = _horizon_limits(width, height, hfov_deg)
-    frame = _Frame(grey, keep)
+    frame, first_row, horizon_limits = _prepared(image_bgr, hfov_deg, max_rows_fraction, bottom_ignore, ignore_mask)
+    grey, visible = frame.grey, frame.grey.shape[0]
     if prior is not None:
         followed = _follow_prior(frame, prior, horizon_limits, width, height)
         if followed is not None:
@@ -352,7 +346,7 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
     area = None if track_area is None else np.asarray(track_area, dtype=np.float32)[:visible] >= 0.5
     first_failure = segments = None
     try:
-        segments = _ridge_segments(grey, max(0, first_row), keep)
+        segments = _ridge_segments(grey, max(0, first_row), frame.keep)
     except _NoTrack as failure:
         first_failure = failure
     mounts = ([_Mount(offset=mount_offset)] if mount_offset is not None else []) + [_CENTRED, _ANYWHERE]
@@ -406,6 +400,73 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
         if coarse is not None:
             return TrackResult(coarse)
     return TrackResult(None, str(first_failure))
+
+
+def candidate_tracks(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_rows_fraction: float = 0.6,
+                     track_area: np.ndarray | None = None, pairs_per_mount: int = _MAX_PAIR_TRIES
+                     ) -> list[TrackDetection]:
+    """Every track the finder's candidates lead to once followed, before any rule judges them: a
+    diagnostic of where ``detect_track`` loses a frame (``benchmarks/rail.py --ceiling``).
+
+    Where none of them is the ego track, the proposals failed; where one is but ``detect_track``
+    refused the frame or took another, the choice did (its mounts, the learned agreement, the
+    rules on lines beside the pair, the order candidates are tried in).
+
+    Args:
+        image_bgr: the frame, H x W x 3 BGR or H x W grey.
+        hfov_deg: as for ``detect_track``.
+        max_rows_fraction: as for ``detect_track``.
+        track_area: as for ``detect_track``; it adds the learned area's proposal.
+        pairs_per_mount: candidate pairs followed under each mount (centred, anywhere);
+            ``detect_track`` follows at most ``_MAX_PAIR_TRIES``.
+
+    Returns:
+        The followed tracks at the frame's size: each candidate pair followed both from its Hough
+        chords and trusted from its first band, the learned proposal, and (on a frame at least 1.5
+        times ``COARSE_WIDTH`` wide) the same at that width, drawn back.
+    """
+    height, width = image_bgr.shape[:2]
+    frame, first_row, horizon_limits = _prepared(image_bgr, hfov_deg, max_rows_fraction, 0.0, None)
+    starts: list[tuple[_PairModel, tuple[int, int], bool]] = []
+    try:
+        segments = _ridge_segments(frame.grey, max(0, first_row))
+    except _NoTrack:
+        segments = None
+    for mount in (_CENTRED, _ANYWHERE) if segments is not None else ():
+        try:
+            pairs = _ego_pair_candidates(segments, width, height, horizon_limits, mount, limit=pairs_per_mount)
+        except _NoTrack:
+            continue
+        starts += [(model, seen_rows, trusted) for model, seen_rows in pairs for trusted in (False, True)]
+    area = None if track_area is None else np.asarray(track_area, dtype=np.float32) >= 0.5
+    if area is not None and (proposal := _learned_proposal(area, horizon_limits)) is not None:
+        starts.append((*proposal, True))
+    tracks = []
+    for model, seen_rows, trusted in starts:
+        try:
+            fitted, samples, top_row, bottom_row, _ = _track_rails(frame, model, seen_rows, horizon_limits, trusted)
+        except _NoTrack:
+            continue
+        tracks.append(_detection(fitted, top_row, bottom_row, width, height,
+                                 float(fitted.inlier_rows(samples).mean())))
+    if width >= _COARSE_FROM * COARSE_WIDTH:
+        small, _ = shrunk(image_bgr, None, COARSE_WIDTH)
+        tracks += [rescaled(track, width, height) for track in candidate_tracks(
+            small, hfov_deg=hfov_deg, max_rows_fraction=max_rows_fraction, pairs_per_mount=pairs_per_mount)]
+    return tracks
+
+
+def _prepared(image_bgr: np.ndarray, hfov_deg: float | None, max_rows_fraction: float, bottom_ignore: float,
+              ignore_mask: np.ndarray | None) -> tuple[_Frame, int, tuple[float, float]]:
+    """The frame as the search reads it (grey, lightly smoothed, cut above a hood, its ignore mask
+    as ``keep``), the first row pairs are looked for on, and the rows the horizon may lie on."""
+    height, width = image_bgr.shape[:2]
+    grey = image_bgr if image_bgr.ndim == 2 else cv2.cvtColor(image_bgr, cv2.COLOR_BGR2GRAY)
+    grey = cv2.GaussianBlur(grey, (3, 3), 0)
+    visible = _visible_rows(height, bottom_ignore, ignore_mask)
+    keep = None if ignore_mask is None else ~ignore_mask[:visible]
+    first_row = int(visible - height * max_rows_fraction)
+    return _Frame(grey[:visible], keep), first_row, _horizon_limits(width, height, hfov_deg)
 
 
 def _coarse_look(image_bgr: np.ndarray, *, hfov_deg: float | None, max_rows_fraction: float, bottom_ignore: float,
@@ -885,7 +946,8 @@ def _hough_lines(ridge: np.ndarray, height: int) -> np.ndarray | None:
 
 
 def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_limits: tuple[float, float],
-                         mount: _Mount = _CENTRED) -> list[tuple[_PairModel, tuple[int, int]]]:
+                         mount: _Mount = _CENTRED, limit: int = _MAX_PAIR_TRIES
+                         ) -> list[tuple[_PairModel, tuple[int, int]]]:
     """Segment pairs that can be the ego track's two rails, most likely first, each with the
     rows both segments cover (where the pair's straight lines are right even on a curve).
 
@@ -942,7 +1004,7 @@ def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_l
         if any(_same_rails(model, other, bottom) for other, _ in candidates):
             continue  # another segment of the same two rails
         candidates.append((model, (int(math.ceil(max(low[i], low[j]))), int(math.floor(min(high[i], high[j]))))))
-        if len(candidates) == _MAX_PAIR_TRIES:
+        if len(candidates) == limit:
             break
     return candidates
 

@@ -25,7 +25,8 @@ def rail_label(geometry, rows: np.ndarray) -> dict[str, list[list[float]]]:
     return label
 
 
-def test_the_real_benchmark_scores_labelled_frames_and_writes_json(tmp_path, monkeypatch, capsys):
+def write_labelled_frames(folder) -> None:
+    """Two procedural frames with their rails labelled, and a blank null frame."""
     labels = {}
     for seed in range(2):
         spec = sample_background_spec(
@@ -33,12 +34,16 @@ def test_the_real_benchmark_scores_labelled_frames_and_writes_json(tmp_path, mon
             conditions={"normal": 1.0}, camera_height_m=(2.2, 2.9), pitch_deg=(1.5, 4.5), hfov_deg=(50.0, 65.0),
             max_curvature=0.0, max_offset_m=0.0)
         name = f"proc_f{seed:06d}.png"
-        cv2.imwrite(str(tmp_path / name), render_background(spec))
+        cv2.imwrite(str(folder / name), render_background(spec))
         geometry = spec.geometry
         labels[name] = rail_label(geometry, np.linspace(geometry.horizon_v() + 40, 359, 8))
-    cv2.imwrite(str(tmp_path / "null_blank.png"), np.full((360, 640, 3), 90, np.uint8))
+    cv2.imwrite(str(folder / "null_blank.png"), np.full((360, 640, 3), 90, np.uint8))
     labels["null_blank.png"] = None
-    (tmp_path / "labels.json").write_text(json.dumps(labels))
+    (folder / "labels.json").write_text(json.dumps(labels))
+
+
+def test_the_real_benchmark_scores_labelled_frames_and_writes_json(tmp_path, monkeypatch, capsys):
+    write_labelled_frames(tmp_path)
     out = tmp_path / "figures.json"
     monkeypatch.setattr(sys, "argv", ["rail.py", "--real", str(tmp_path), "--width", "640", "--learned", "off",
                                       "--json", str(out), "--conditions", "soft,jpeg"])
@@ -59,6 +64,32 @@ def test_the_real_benchmark_scores_labelled_frames_and_writes_json(tmp_path, mon
     assert all(degraded[f"{c} unseen"]["track"] == 2 and degraded[f"{c} issue-16"]["false"] == 0
                for c in ("soft", "jpeg"))
     assert "soft        unseen" in printed
+
+
+def test_the_ceiling_counts_frames_where_a_candidate_lies_on_the_track(tmp_path, monkeypatch, capsys):
+    write_labelled_frames(tmp_path)
+    out = tmp_path / "figures.json"
+    monkeypatch.setattr(sys, "argv", ["rail.py", "--real", str(tmp_path), "--width", "640", "--learned", "off",
+                                      "--json", str(out), "--ceiling", "4"])
+    rail.main()
+    assert "ceiling: 4 candidate pairs per mount" in capsys.readouterr().out
+    figures = json.loads(out.read_text())["runs"]["learned model off"]
+    assert figures["all"]["reachable"] == 2 and figures["proc"]["reachable"] == 2
+    assert figures["frames"]["proc_f000000.png"]["reachable"] is True
+    assert "reachable" not in figures["frames"]["null_blank.png"]
+
+
+def test_a_candidate_off_the_labelled_track_does_not_reach_it(tmp_path, monkeypatch):
+    write_labelled_frames(tmp_path)
+    labels = json.loads((tmp_path / "labels.json").read_text())
+    label = labels["proc_f000000.png"]
+    gap = label["right"][-1][0] - label["left"][-1][0]
+    # The same frame labelled a track further right (a neighbour): none of its candidates lies on that one.
+    labels["proc_f000000.png"] = {side: [[x + 1.5 * gap, y] for x, y in points] for side, points in label.items()}
+    (tmp_path / "labels.json").write_text(json.dumps(labels))
+    figures, _ = rail.run_real_benchmark(tmp_path, width=640, split=None, overlays=None, ceiling=4)
+    assert figures["frames"]["proc_f000000.png"]["reachable"] is False
+    assert figures["frames"]["proc_f000001.png"]["reachable"] is True
 
 
 def test_a_degraded_frame_is_the_same_on_every_run_and_differs_from_the_original(tmp_path, monkeypatch):

@@ -1,0 +1,41 @@
+"""``candidate_tracks``: every track the finder's candidates lead to, before its rules judge them
+(the diagnostic behind ``benchmarks/rail.py --ceiling``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_coarse_look import blind_above_coarse_width, wide_scene  # noqa: F401 (a fixture)
+from test_rail_second_opinion import iou_with_truth
+
+from synrail.rail import detect
+from synrail.rail.detect import PAIR_OFF_CENTRE, candidate_tracks, detect_track
+
+
+def test_the_track_the_finder_takes_is_among_its_candidates() -> None:
+    image, truth = wide_scene(0.0)
+    found = detect_track(image).detection
+    candidates = candidate_tracks(image)
+    assert found is not None and candidates
+    assert all(track.mask.shape == truth.shape for track in candidates)
+    assert max(iou_with_truth(track.mask, found) for track in candidates) > 0.95
+
+
+def test_a_pair_the_finder_refuses_is_still_a_candidate() -> None:
+    image, truth = wide_scene(0.7)  # half a gauge beside the camera: without a learned area, refused
+    assert detect_track(image).reason == PAIR_OFF_CENTRE
+    assert max(iou_with_truth(truth, track) for track in candidate_tracks(image)) > 0.9
+
+
+@pytest.mark.usefixtures("blind_above_coarse_width")
+def test_a_wide_frames_candidates_include_the_coarse_looks_drawn_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    image, truth = wide_scene(0.0)
+    candidates = candidate_tracks(image)
+    assert candidates and all(track.mask.shape == truth.shape for track in candidates)
+    assert max(iou_with_truth(truth, track) for track in candidates) > 0.9
+    monkeypatch.setattr(detect, "_COARSE_FROM", 1e9)
+    assert candidate_tracks(image) == []
+
+
+def test_a_blank_frame_has_no_candidates() -> None:
+    assert candidate_tracks(np.full((720, 1280, 3), 90, np.uint8)) == []
