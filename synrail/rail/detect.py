@@ -422,8 +422,9 @@ def candidate_tracks(image_bgr: np.ndarray, *, hfov_deg: float | None = None, ma
 
     Returns:
         The followed tracks at the frame's size: each candidate pair followed both from its Hough
-        chords and trusted from its first band, the learned proposal, and (on a frame at least 1.5
-        times ``COARSE_WIDTH`` wide) the same at that width, drawn back.
+        chords and trusted from its first band (on each rail's best straight line where its rails
+        were not single lines), the learned proposal, and (on a frame at least 1.5 times
+        ``COARSE_WIDTH`` wide) the same at that width, drawn back.
     """
     height, width = image_bgr.shape[:2]
     frame, first_row, horizon_limits = _prepared(image_bgr, hfov_deg, max_rows_fraction, 0.0, None)
@@ -445,6 +446,12 @@ def candidate_tracks(image_bgr: np.ndarray, *, hfov_deg: float | None = None, ma
     for model, seen_rows, trusted in starts:
         try:
             fitted, samples, top_row, bottom_row, _ = _track_rails(frame, model, seen_rows, horizon_limits, trusted)
+        except _AmbiguousRails:  # measured again on each rail's best straight line, as detect_track does
+            try:
+                fitted, samples, top_row, bottom_row, _ = _track_rails(frame, model, seen_rows, horizon_limits,
+                                                                       trusted, best_line=True)
+            except _NoTrack:
+                continue
         except _NoTrack:
             continue
         tracks.append(_detection(fitted, top_row, bottom_row, width, height,

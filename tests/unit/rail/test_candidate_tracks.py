@@ -39,3 +39,17 @@ def test_a_wide_frames_candidates_include_the_coarse_looks_drawn_back(monkeypatc
 
 def test_a_blank_frame_has_no_candidates() -> None:
     assert candidate_tracks(np.full((720, 1280, 3), 90, np.uint8)) == []
+
+
+def test_a_pair_whose_rails_are_not_single_lines_is_followed_on_its_best_lines(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    image, truth = wide_scene(0.0)
+    original = detect._track_rails
+
+    def at_a_turnout(*args, best_line: bool = False, **kwargs):
+        if not best_line:  # every band hops between a rail and a blade beside it
+            raise detect._AmbiguousRails(detect.PAIR_NOT_SUPPORTED)
+        return original(*args, best_line=True, **kwargs)
+
+    monkeypatch.setattr(detect, "_track_rails", at_a_turnout)
+    assert max(iou_with_truth(truth, track) for track in candidate_tracks(image)) > 0.9
