@@ -394,7 +394,7 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
                                               from_prior=True, area=area))
         except _NoTrack as failure:
             first_failure = first_failure or failure
-    if width >= _COARSE_FROM * COARSE_WIDTH:
+    if _gets_a_coarse_look(width):
         coarse = _coarse_look(image_bgr, hfov_deg=hfov_deg, max_rows_fraction=max_rows_fraction,
                               bottom_ignore=bottom_ignore, ignore_mask=ignore_mask, mount_offset=mount_offset)
         if coarse is not None:
@@ -446,7 +446,7 @@ def candidate_tracks(image_bgr: np.ndarray, *, hfov_deg: float | None = None, ma
     for model, seen_rows, trusted in starts:
         try:
             fitted, samples, top_row, bottom_row, _ = _track_rails(frame, model, seen_rows, horizon_limits, trusted)
-        except _AmbiguousRails:  # measured again on each rail's best straight line, as detect_track does
+        except _AmbiguousRails:  # on each rail's best straight line (detect_track: under a mount that settles)
             try:
                 fitted, samples, top_row, bottom_row, _ = _track_rails(frame, model, seen_rows, horizon_limits,
                                                                        trusted, best_line=True)
@@ -456,7 +456,7 @@ def candidate_tracks(image_bgr: np.ndarray, *, hfov_deg: float | None = None, ma
             continue
         tracks.append(_detection(fitted, top_row, bottom_row, width, height,
                                  float(fitted.inlier_rows(samples).mean())))
-    if width >= _COARSE_FROM * COARSE_WIDTH:
+    if _gets_a_coarse_look(width):
         small, _ = shrunk(image_bgr, None, COARSE_WIDTH)
         tracks += [rescaled(track, width, height) for track in candidate_tracks(
             small, hfov_deg=hfov_deg, max_rows_fraction=max_rows_fraction, pairs_per_mount=pairs_per_mount)]
@@ -474,6 +474,11 @@ def _prepared(image_bgr: np.ndarray, hfov_deg: float | None, max_rows_fraction: 
     keep = None if ignore_mask is None else ~ignore_mask[:visible]
     first_row = int(visible - height * max_rows_fraction)
     return _Frame(grey[:visible], keep), first_row, _horizon_limits(width, height, hfov_deg)
+
+
+def _gets_a_coarse_look(width: int) -> bool:
+    """Whether a frame this wide is searched again at ``COARSE_WIDTH`` where nothing is found."""
+    return width >= _COARSE_FROM * COARSE_WIDTH
 
 
 def _coarse_look(image_bgr: np.ndarray, *, hfov_deg: float | None, max_rows_fraction: float, bottom_ignore: float,
