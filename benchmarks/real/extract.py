@@ -31,7 +31,12 @@ frames):
   Jespjon/VisionSystemForAnAutonomousRailwayMaintenanceVehicle (a level crossing);
 - ``synrailobs_NNNNNN.jpg``: ``images/bg/NNNNNN.jpg`` of guoqiushi/SynRailObs (the paper's own
   background, an Alpine main line);
-- ``lowview_NAME.jpg``: ``NAME.jpg`` of yfL-fengzifei/my_railway_detection (a low viewpoint).
+- ``lowview_NAME.jpg``: ``NAME.jpg`` of yfL-fengzifei/my_railway_detection (a low viewpoint);
+- ``rs19seg_rsNNNNN.png``: the left panel (the input frame) of ``outputs/*/rsNNNNN.png`` of
+  LucPle/Railsem19-segmentation-with-DeepLabV3Plus, four 1920x1080 panels side by side (frame,
+  ground truth, prediction, overlay); RailSem19 frames of every kind (street trams, tunnels, rain
+  on the windscreen, snow, fog, night, stations), labelled after development had ended: a held-back
+  family, never used to tune the finder.
 
 ``--mirror`` is the folder the search tool's ``fetch`` fills (``owner+name/repo`` bare git folders).
 Every frame is written as it is decoded (OpenCV, JPEG quality 95 for video frames; stills copied).
@@ -40,6 +45,7 @@ Every frame is written as it is decoded (OpenCV, JPEG quality 95 for video frame
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import re
 import subprocess
@@ -47,6 +53,7 @@ import sys
 from pathlib import Path
 
 import cv2
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 
@@ -77,7 +84,11 @@ SOURCES = {
                "d25895bcb42d730578aae583150be5783034d75c", "Images/{name}.png"),
     "synrailobs": ("guoqiushi/SynRailObs", "928fba0ed0728f54d2a552202da4dbd91371b3c4", "images/bg/{name}.jpg"),
     "lowview": ("yfL-fengzifei/my_railway_detection", "f9693bc9125c00f641152cb618f9c24c3b2f013d", "{name}.jpg"),
+    "rs19seg": ("LucPle/Railsem19-segmentation-with-DeepLabV3Plus", "ff07958151544cfd7eb1fa81f74a40b8641afe8b",
+                "outputs/*/{name}.png"),
 }
+# Sources whose still is several equal panels side by side, the frame being the first (left) one.
+PANELS = {"rs19seg": 4}
 VIDEO_FRAME = re.compile(r"^f(\d+)$")
 
 
@@ -86,6 +97,29 @@ def git_show(mirror: Path, repo: str, commit: str, path: str) -> bytes:
     git_dir = mirror / repo.replace("/", "+") / "repo"
     return subprocess.run(["git", f"--git-dir={git_dir}", "show", f"{commit}:{path}"],
                           check=True, capture_output=True).stdout
+
+
+def resolved_still(mirror: Path, repo: str, commit: str, template: str, stem: str) -> bytes:
+    """The still a template names; a ``*`` folder is matched against the snapshot's files in name
+    order, taking the first the snapshot holds (it lacks its largest files)."""
+    wanted = template.format(name=stem)
+    if "*" not in wanted:
+        return git_show(mirror, repo, commit, wanted)
+    git_dir = mirror / repo.replace("/", "+") / "repo"
+    listed = subprocess.run(["git", f"--git-dir={git_dir}", "ls-tree", "-r", "--name-only", commit,
+                             wanted.split("*")[0]], check=True, capture_output=True, text=True).stdout.split()
+    for path in sorted(p for p in listed if fnmatch.fnmatch(p, wanted)):
+        try:
+            return git_show(mirror, repo, commit, path)
+        except subprocess.CalledProcessError:
+            continue
+    raise SystemExit(f"{repo}@{commit[:7]}: no file {wanted} in the snapshot")
+
+
+def first_panel(data: bytes, panels: int) -> bytes:
+    """The left one of ``panels`` equal side-by-side panels of an image, as a PNG."""
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    return cv2.imencode(".png", image[:, : image.shape[1] // panels])[1].tobytes()
 
 
 def video_frames(video: Path, indices: set[int]) -> dict[int, object]:
@@ -116,7 +150,8 @@ def extract(mirror: Path, out: Path, labels: dict) -> None:
         if template.endswith(".mp4") and match:
             by_video.setdefault(prefix, {})[int(match.group(1))] = name
         else:
-            (out / name).write_bytes(git_show(mirror, repo, commit, template.format(name=stem)))
+            still = resolved_still(mirror, repo, commit, template, stem)
+            (out / name).write_bytes(first_panel(still, PANELS[prefix]) if prefix in PANELS else still)
     for prefix, wanted in by_video.items():
         repo, commit, template = SOURCES[prefix]
         video = out / f".{prefix}.mp4"

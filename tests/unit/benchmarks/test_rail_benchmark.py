@@ -126,3 +126,11 @@ def test_a_detection_short_of_the_labels_far_end_is_on_track_but_not_correct():
     rail.score_detection(outcome, Detection, 1.0, label)
     assert outcome.on_track and not outcome.correct
     assert outcome.right_covered == 1.0 and 0.4 < outcome.right_rows < 0.6
+
+
+def test_held_back_frames_are_their_own_family_not_the_unseen_one():
+    outcomes = [rail.RealOutcome(name, rail.frame_group(name), labelled=True, detected=False)
+                for name in ("rtd_frame_1.jpg", "rs19sw_rs00001.jpg", "rs19seg_rs07650.png", "mine_f000001.jpg")]
+    families = {family: [o.name for o in members] for family, members in rail.by_family(outcomes).items()}
+    assert families == {"issue-16": ["rtd_frame_1.jpg"], "unseen": ["rs19sw_rs00001.jpg", "mine_f000001.jpg"],
+                        "held-back": ["rs19seg_rs07650.png"]}

@@ -87,3 +87,19 @@ def test_extract_refuses_a_frame_past_the_video_end(tmp_path, monkeypatch):
     monkeypatch.setattr(extract, "SOURCES", {"eu": ("owner/frames", commit, "clip.mp4")})
     with pytest.raises(SystemExit, match="past its end"):
         extract.extract(mirror, tmp_path / "bench", {"eu_f000009.jpg": None})
+
+
+def test_extract_takes_the_first_panel_of_the_first_folder_the_snapshot_holds(tmp_path, monkeypatch):
+    frame = np.random.default_rng(0).integers(0, 255, (24, 40, 3), dtype=np.uint8)
+    others = [np.full((24, 40, 3), 200, np.uint8)] * 3
+    quad = cv2.imencode(".png", np.hstack([frame, *others]))[1].tobytes()
+    decoy = cv2.imencode(".png", np.zeros((24, 160, 3), np.uint8))[1].tobytes()
+    mirror, commit = _snapshot(tmp_path, {"outputs/b_good/rs00042.png": quad,
+                                          "outputs/c_more/rs00042.png": decoy,
+                                          "outputs/b_good/rs00043.png": decoy})
+    monkeypatch.setattr(extract, "SOURCES", {"rs19seg": ("owner/frames", commit, "outputs/*/{name}.png")})
+    out = tmp_path / "bench"
+    extract.extract(mirror, out, {"rs19seg_rs00042.png": None})
+    assert np.array_equal(cv2.imread(str(out / "rs19seg_rs00042.png")), frame)  # lossless, first panel only
+    with pytest.raises(SystemExit, match="no file"):
+        extract.extract(mirror, out, {"rs19seg_rs00099.png": None})
