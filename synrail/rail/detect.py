@@ -61,10 +61,16 @@ RAILS_TOO_SHORT = "rails followed over too short a stretch"
 
 MIN_GAP_PX = 4.0             # closer than this the two rails are no longer resolvable
 GAP_SLOPE_RANGE = (0.28, 1.3)  # d(gap)/d(row) = (gauge + head) cos(pitch) / camera height: 1.15-5.4 m
-PITCH_RANGE_DEG = (-5.0, 25.0)  # horizon rows a cab camera can have (CCTV cameras look down steeply)
-# Horizon rows (share of the image height) when the lens is unknown: a wide CCTV lens pitched
-# down puts it near the top edge or above it; no cab camera sees it in the lower third.
-UNKNOWN_LENS_HORIZON = (-0.5, 0.65)
+# Rows the rails' vanishing point can have, as the pitch of the camera over the track's plane: CCTV
+# cameras look down steeply; the track's plane tilts against the camera's by the grade ahead (a
+# 4 % downgrade is 2.3 degrees, more where a sag follows) and a camera can be mounted looking up
+# a little, so the rails can vanish well below the image centre (labelled frames: up to 0.66 of
+# the height).
+PITCH_RANGE_DEG = (-10.0, 25.0)
+# Those rows (share of the image height) when the lens is unknown: a wide CCTV lens pitched down
+# puts them near the top edge or above it; the pitch range's upward end through a 60-degree lens
+# puts them at three quarters of the height.
+UNKNOWN_LENS_HORIZON = (-0.5, 0.75)
 _TOPHAT_PER_GAP = 1 / 8      # ridge kernel width per rail gap: ~3 bright rail-head widths
 _WINDOW_PER_GAP = 0.2        # search window half-width per rail gap: well clear of the other rail
 _FIRST_WINDOW_PER_GAP = 0.35  # ... around straight Hough lines, which cut a curve's chords

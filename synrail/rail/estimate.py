@@ -50,8 +50,8 @@ def estimate_geometry(detection: TrackDetection, width: int, height: int, *, hfo
     focal = focal_px if focal_px is not None else (width / 2) / math.tan(math.radians(hfov_deg) / 2)
     cx, cy = principal if principal is not None else ((width - 1) / 2, (height - 1) / 2)
     horizon = detection.horizon_v if horizon_v is None else horizon_v
-    # CameraGeometry has no upward pitch; a camera looking slightly up is taken as level.
-    pitch = max(0.0, math.atan2(cy - horizon, focal))
+    # Negative where the rails vanish below the image centre: the camera looks up at the track's plane.
+    pitch = math.atan2(cy - horizon, focal)
     camera_height = (camera_height_m if camera_height_m is not None
                      else _camera_height(detection, height, pitch, gauge_m + rail_head_m, horizon))
     camera = CameraGeometry(width=width, height=height, focal_px=focal, cx=cx, cy=cy, height_m=camera_height,

@@ -2,7 +2,7 @@
 
 Conventions (used by every stage):
 - World: X to the right, Y up, Z forward along the track; the ground (rail-top) plane is Y = 0 and
-  the camera sits at (0, height_m, 0), pitched down by ``pitch_rad``, with no roll or yaw.
+  the camera sits at (0, height_m, 0), pitched down by ``pitch_rad`` (up where negative), with no roll or yaw.
 - Image: ``u`` is the column, ``v`` the row; integer (u, v) is a pixel centre (OpenCV's convention).
 - The ego track's centreline is ``X(Z) = track_offset_m + 0.5 * track_curvature * Z**2`` (the
   small-angle form of a circular curve of radius 1 / curvature). Its area (the paper's "railway
@@ -32,7 +32,8 @@ class CameraGeometry(BaseModel):
     cx: float
     cy: float
     height_m: float = Field(gt=0, description="camera height above the rail-top plane")
-    pitch_rad: float = Field(ge=0, lt=math.pi / 2, description="downward tilt of the optical axis")
+    pitch_rad: float = Field(gt=-math.pi / 2, lt=math.pi / 2,
+                             description="downward tilt of the optical axis over the rail-top plane (negative: up)")
     track_offset_m: float = 0.0
     track_curvature: float = 0.0
     gauge_m: float = STANDARD_GAUGE_M

@@ -557,3 +557,19 @@ def test_torchscript_coarse_mask(tmp_path) -> None:
     assert np.array_equal(mask, expected)
     # A strict threshold keeps only confident pixels: green 200/255 gives sigmoid(5.7) ~ 0.997.
     assert not SegmentationModelTrack(path, threshold=0.999).coarse_mask(image)[0].any()
+
+
+@pytest.mark.parametrize("hfov_deg", [60.0, None], ids=["lens-known", "lens-unknown"])
+def test_a_camera_looking_up_at_the_track_is_found_and_estimated_with_its_upward_pitch(hfov_deg):
+    # Rails that vanish well below the image centre (here at 0.69 of the height): a camera looking
+    # up over the track's plane, as on a downgrade. Its geometry keeps the upward pitch.
+    spec, _ = scene(0, "ballasted", 0.0)
+    truth = CameraGeometry.from_fov(WIDTH, HEIGHT, 60.0, 2.5, -7.0)
+    assert truth.horizon_v() > 0.66 * HEIGHT
+    spec = dataclasses.replace(spec, geometry=truth)
+    result = detect_track(render_background(spec), hfov_deg=hfov_deg)
+    assert result.detection is not None, result.reason
+    assert abs(result.detection.vanishing_point[1] - truth.horizon_v()) < 0.03 * HEIGHT
+    estimate = estimate_geometry(result.detection, WIDTH, HEIGHT, hfov_deg=60.0)
+    assert math.degrees(estimate.pitch_rad) == pytest.approx(-7.0, abs=0.7)
+    assert estimate.height_m == pytest.approx(2.5, rel=0.10)
