@@ -39,7 +39,8 @@ frames):
   family, never used to tune the finder.
 
 ``--mirror`` is the folder the search tool's ``fetch`` fills (``owner+name/repo`` bare git folders).
-Every frame is written as it is decoded (OpenCV, JPEG quality 95 for video frames; stills copied).
+Every frame is written as it is decoded (OpenCV, JPEG quality 95 for video frames; stills copied, or
+their first panel written as PNG).
 """
 
 from __future__ import annotations
