@@ -465,20 +465,19 @@ def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays:
                 if 0 < len(members) < len(outcomes)}
     for family, members in families.items():
         print(real_summary_row(family, members))
-    groups = sorted({o.group for o in outcomes})
-    for group in groups:
-        print(real_summary_row(group, [o for o in outcomes if o.group == group]))
+    groups = {group: [o for o in outcomes if o.group == group] for group in sorted({o.group for o in outcomes})}
+    for group, members in groups.items():
+        print(real_summary_row(group, members))
     figures = {"all": real_summary(outcomes),
                **{family: real_summary(members) for family, members in families.items()},
-               **{group: real_summary([o for o in outcomes if o.group == group]) for group in groups},
+               **{group: real_summary(members) for group, members in groups.items()},
                "frames": {o.name: {"verdict": "correct" if o.correct else "short" if o.on_track
                                    else "wrong" if o.detected else "none",
                                    "reason": o.reason, "rows": o.right_rows,
                                    **({} if o.reachable is None else {"reachable": o.reachable})}
                           for o in outcomes}}
     if ceiling is not None:
-        print_ceiling({"all": outcomes, **families,
-                       **{group: [o for o in outcomes if o.group == group] for group in groups}}, ceiling)
+        print_ceiling({"all": outcomes, **families, **groups}, ceiling)
     return figures, outcomes
 
 

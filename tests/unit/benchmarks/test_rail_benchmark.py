@@ -42,12 +42,18 @@ def write_labelled_frames(folder) -> None:
     (folder / "labels.json").write_text(json.dumps(labels))
 
 
-def test_the_real_benchmark_scores_labelled_frames_and_writes_json(tmp_path, monkeypatch, capsys):
-    write_labelled_frames(tmp_path)
-    out = tmp_path / "figures.json"
-    monkeypatch.setattr(sys, "argv", ["rail.py", "--real", str(tmp_path), "--width", "640", "--learned", "off",
-                                      "--json", str(out), "--conditions", "soft,jpeg"])
+def run_on_labelled_frames(folder, monkeypatch, *options: str):
+    """benchmarks/rail.py --real on ``write_labelled_frames``' folder, learned model off; the JSON path."""
+    write_labelled_frames(folder)
+    out = folder / "figures.json"
+    monkeypatch.setattr(sys, "argv", ["rail.py", "--real", str(folder), "--width", "640", "--learned", "off",
+                                      "--json", str(out), *options])
     rail.main()
+    return out
+
+
+def test_the_real_benchmark_scores_labelled_frames_and_writes_json(tmp_path, monkeypatch, capsys):
+    out = run_on_labelled_frames(tmp_path, monkeypatch, "--conditions", "soft,jpeg")
     printed = capsys.readouterr().out
     assert "learned model off" in printed and "proc_f000000.png      correct" in printed
     figures = json.loads(out.read_text())["runs"]["learned model off"]
@@ -67,11 +73,7 @@ def test_the_real_benchmark_scores_labelled_frames_and_writes_json(tmp_path, mon
 
 
 def test_the_ceiling_counts_frames_where_a_candidate_lies_on_the_track(tmp_path, monkeypatch, capsys):
-    write_labelled_frames(tmp_path)
-    out = tmp_path / "figures.json"
-    monkeypatch.setattr(sys, "argv", ["rail.py", "--real", str(tmp_path), "--width", "640", "--learned", "off",
-                                      "--json", str(out), "--ceiling", "4"])
-    rail.main()
+    out = run_on_labelled_frames(tmp_path, monkeypatch, "--ceiling", "4")
     assert "ceiling: 4 candidate pairs per mount" in capsys.readouterr().out
     figures = json.loads(out.read_text())["runs"]["learned model off"]
     assert figures["all"]["reachable"] == 2 and figures["proc"]["reachable"] == 2
