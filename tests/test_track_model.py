@@ -111,6 +111,44 @@ def test_training_loss_ignores_the_rows_a_real_label_does_not_cover():
     assert dice_bce(changed, target) > dice_bce(logits, target)
 
 
+def test_render_cache_is_keyed_by_the_scene_ranges(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "tools"))
+    import train_track_model
+
+    images, _ = train_track_model.render_set(0, 2, 64, 36, 1, cache=tmp_path)
+    again, _ = train_track_model.render_set(0, 2, 64, 36, 1, cache=tmp_path)
+    assert np.array_equal(images, again) and len(list(tmp_path.iterdir())) == 1
+    monkeypatch.setitem(train_track_model.SCENE_RANGES, "pitch_deg", (5.0, 5.0))
+    other, _ = train_track_model.render_set(0, 2, 64, 36, 1, cache=tmp_path)
+    assert len(list(tmp_path.iterdir())) == 2 and not np.array_equal(images, other)
+
+
+def test_street_running_paves_the_ground_and_keeps_the_rails_and_the_target():
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "tools"))
+    from train_track_model import Randomiser
+
+    spec = sample_background_spec(np.random.default_rng(3), width=256, height=144, track_types=("ballasted",),
+                                  conditions={"normal": 1.0}, camera_height_m=(2.5, 2.5), pitch_deg=(4.0, 4.0),
+                                  hfov_deg=(60.0, 60.0), max_curvature=0.0, max_offset_m=0.0)
+    rendered = cv2.cvtColor(render_background(spec), cv2.COLOR_BGR2RGB)
+    truth = spec.geometry.track_mask().astype(np.float32)
+    image, mask = rendered.copy(), truth.copy()
+    Randomiser(rendered[None], truth[None].astype(np.uint8), seed=0)._pave(image, mask, np.random.default_rng(1))
+
+    assert np.array_equal(mask, truth)  # the ego area is where it was
+    horizon = int(np.floor(spec.geometry.horizon_v()))
+    assert np.array_equal(image[:horizon - 1], rendered[:horizon - 1])  # the sky is untouched
+    row = spec.geometry.height - 10
+    inside = np.flatnonzero(truth[row] > 0)
+    grey = image[row].astype(np.float32).mean(axis=1)
+    middle = grey[inside[0] + 3:inside[-1] - 2]
+    assert (image[horizon + 2:] != rendered[horizon + 2:]).any(axis=2).mean() > 0.5  # the ground is paved
+    # the rail heads lie at the area's edges and stand out from the paving between them
+    assert min(abs(grey[inside[0]] - np.median(middle)), abs(grey[inside[-1]] - np.median(middle))) >= 30
+
+
 def test_shipped_model_finds_the_ego_track_on_unseen_procedural_frames():
     model = default_track_model()
     assert model is not None, f"{DEFAULT_MODEL} is missing"

@@ -1,14 +1,14 @@
 """Trains the learned ego-track-area model on SynRail's own procedural renders and exports it as ONNX.
 
     python tools/train_track_model.py --out synrail/rail/models/track_area.onnx [--renders 3000]
-        [--epochs N] [--seed 0] [--size 256x144] [--real DIR ...] [--threads 2] [--device cpu|cuda]
+        [--epochs N] [--seed 0] [--size 256x144] [--paved 0.12] [--real DIR ...] [--threads 2] [--device cpu|cuda]
         [--train-real DIR ... [--train-split even|odd] [--real-repeats 8]]
 
 Sim-to-real by strong domain randomisation: procedural scenes over wide camera ranges (height, pitch,
 field of view, curvature, off-centre cab cameras) are rendered once and kept in memory; every epoch
-draws new photometric, weather, night, texture, distractor-track, hood, HUD, roll, crop and flip
-randomisations of them. The target is ``spec.geometry.track_mask()`` (the ego area between the rails),
-carried through every geometric step with the image.
+draws new photometric, weather, night, texture, distractor-track, street-running (``--paved``), hood,
+HUD, roll, crop and flip randomisations of them. The target is ``spec.geometry.track_mask()`` (the ego
+area between the rails), carried through every geometric step with the image.
 
 The network is a compact U-Net of depthwise-separable convolutions (a few hundred thousand
 parameters); it takes 1x3xHxW RGB in [0, 1] (normalised inside) and returns 1x1xHxW logits. It is
@@ -38,6 +38,7 @@ import shlex
 import sys
 import time
 import warnings
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -62,7 +63,9 @@ ONNX_OPSET = 13  # OpenCV 4.9+ DNN reads it; Conv/BN folded, Relu, Add, Concat, 
 IMAGE_MEAN, IMAGE_STD = 0.45, 0.25
 SCENE_RANGES = {
     "camera_height_m": (1.5, 3.6),
-    "pitch_deg": (0.0, 12.0),  # CameraGeometry needs pitch >= 0; crops shift the horizon further (-2 deg and more)
+    # up to 6 degrees up: a grade ahead or a camera looking up puts the rails' vanishing point below
+    # the image centre (labelled frames: up to 0.66 of the height); crops shift the horizon further
+    "pitch_deg": (-6.0, 12.0),
     "hfov_deg": (35.0, 110.0),
     "max_curvature": 0.008,
     "max_offset_m": 1.4,
@@ -91,7 +94,9 @@ def _render_one(job: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray]
 def render_set(seed: int, count: int, width: int, height: int, processes: int,
                cache: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``count`` procedural scenes (RGB uint8 N x H x W x 3) and their ego masks (uint8 N x H x W)."""
-    path = cache / f"renders_s{seed}_n{count}_{width}x{height}.npz" if cache else None
+    # the scene ranges are part of the key: renders drawn from other ranges are other renders
+    ranges = zlib.crc32(json.dumps(SCENE_RANGES, sort_keys=True).encode())
+    path = cache / f"renders_s{seed}_n{count}_{width}x{height}_r{ranges:08x}.npz" if cache else None
     if path is not None and path.exists():
         data = np.load(path)
         return data["images"], data["masks"]
@@ -144,9 +149,10 @@ class Randomiser:
     """Draws one randomised (image, target) from a cached render; deterministic per (seed, epoch, index)."""
 
     def __init__(self, images: np.ndarray, masks: np.ndarray, seed: int, neighbour_copies: float = 0.0,
-                 pastes: bool = True) -> None:
+                 pastes: bool = True, paved: float = 0.0) -> None:
         self.images, self.masks, self.seed = images, masks, seed
         self.neighbour_copies = neighbour_copies
+        self.paved = paved  # share of renders turned into street running (renders only)
         self.pastes = pastes  # distractor tracks and textures from other renders (renders only)
         self.height, self.width = images.shape[1:3]
         self.photometric = _photometric(self.width)
@@ -167,6 +173,8 @@ class Randomiser:
             self._distractor(image, mask, rng)
         if self.pastes and rng.random() < 0.45:
             self._texture(image, mask, rng)
+        if self.pastes and rng.random() < self.paved:
+            self._pave(image, mask, rng)
         image, mask = self._geometric(image, mask, rng)
         if rng.random() < 0.3:
             self._hood(image, mask, rng)
@@ -213,6 +221,68 @@ class Randomiser:
                 target = image[rows]
                 target[band] = moved[band]
                 image[rows] = target
+
+    def _pave(self, image: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> None:
+        """Street running: the ground around and between the ego rails paved (asphalt or setts), the
+        rails left as thin heads, often grooved, with a second tram track and lane markings beside
+        them (mask 0). The renderer only draws ballast and slabs; a tram's rails lie flush in a road.
+        """
+        widths = mask.sum(axis=1)
+        rows = np.flatnonzero(widths >= 2)
+        if rows.size < 6:
+            return
+        h, w = self.height, self.width
+        cols = np.arange(w, dtype=np.float32)
+        centre = (mask[rows] * cols).sum(axis=1) / widths[rows]
+        width_fit = np.polyfit(rows, widths[rows], 1)
+        if width_fit[0] <= 0:
+            return
+        horizon = max(0.0, -width_fit[1] / width_fit[0])
+        below = np.arange(int(math.ceil(horizon)), h)
+        if below.size < 4:
+            return
+        # every row below the horizon: the ego centre and width, extrapolated where the mask ends
+        row_width = np.maximum(np.polyval(width_fit, below), 0.5).astype(np.float32)
+        row_centre = np.interp(below, rows, centre).astype(np.float32)
+        reach = rng.uniform(2.5, 9.0) if rng.random() < 0.6 else 1e3  # the road's half-width, in track widths
+        road = np.abs(cols[None, :] - row_centre[:, None]) <= reach * row_width[:, None]
+        tone = rng.uniform(50, 170) * np.array(rng.uniform(0.9, 1.1, 3), np.float32)
+        cells = (int(rng.integers(2, 8)), int(rng.integers(3, 12)))
+        noise = cv2.resize(rng.uniform(0.75, 1.25, (*cells, 1)).astype(np.float32), (w, below.size),
+                           interpolation=cv2.INTER_CUBIC)[..., None]
+        grain = rng.normal(1.0, rng.uniform(0.02, 0.12), (below.size, w, 1)).astype(np.float32)
+        paving = tone[None, None, :] * noise * grain
+        if rng.random() < 0.4:  # setts: rows of stones that shrink with distance (depth ~ 1 / (row - horizon))
+            depth = 1.0 / np.maximum(below - horizon, 0.5)
+            courses = np.cos(depth * rng.uniform(150, 400) * h / 144)[:, None, None]
+            paving *= 1.0 + 0.12 * (courses > 0.6)
+        region = image[below]
+        region[road] = np.clip(paving, 0, 255).astype(np.uint8)[road]
+        head = np.maximum(1.0, 0.045 * row_width)
+        steel = rng.uniform(130, 235) if rng.random() < 0.7 else rng.uniform(20, 60)
+        if abs(steel - float(tone.mean())) < 40:  # rails a person can see on the paving
+            steel = float(tone.mean()) + (40 if steel >= tone.mean() else -40)
+        grooved = rng.random() < 0.6
+        tracks = [0.0]
+        if rng.random() < 0.5:  # a second tram track, 2.9-3.3 m between centres (1.9-2.2 track widths)
+            tracks.append(float(rng.choice([-1, 1]) * rng.uniform(1.9, 2.2)))
+        for shift in tracks:
+            for side in (-1, 1):
+                rail = row_centre + (shift + side * 0.5) * row_width - side * head / 2
+                self._line(region, rail, head, steel)
+                if grooved:
+                    self._line(region, rail - side * head * 1.1, 0.7 * head, steel * 0.25)
+        for _ in range(int(rng.integers(0, 3))):  # lane markings
+            at = row_centre + float(rng.choice([-1, 1]) * rng.uniform(1.4, 5.0)) * row_width
+            self._line(region, at, np.maximum(1.0, 0.07 * row_width), rng.uniform(190, 250))
+        image[below] = region
+
+    @staticmethod
+    def _line(region: np.ndarray, x: np.ndarray, thickness: np.ndarray, value: float) -> None:
+        """A line on the ground: on each row, the pixels within thickness / 2 of column ``x``."""
+        cols = np.arange(region.shape[1], dtype=np.float32)[None, :]
+        near = np.clip(thickness[:, None] / 2 + 0.5 - np.abs(cols - x[:, None]), 0.0, 1.0)[..., None]
+        region[:] = np.clip(region * (1 - near) + value * near, 0, 255).astype(np.uint8)
 
     def _distractor(self, image: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> None:
         """Another render's track (its area widened to a bed) pasted beside the ego track, mask 0."""
@@ -611,6 +681,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--neighbour-copies", type=float, default=0.0,
                         help="share of samples given perspective copies of the ego track beside it (0.5 gave real "
                              "IoU 0.628 against 0.656 without, 18 epochs: off by default)")
+    parser.add_argument("--paved", type=float, default=0.12,
+                        help="share of samples turned into street running (paved ground, grooved rails, a second "
+                             "tram track, lane markings)")
     parser.add_argument("--train-real", type=Path, action="append", default=[],
                         help="folder of labelled real frames (labels.json) to train on beside the renders "
                              "(repeatable; off by default: the shipped model is trained on renders only)")
@@ -652,7 +725,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"training on {len(real_images)} labelled real frames ({trained_split}) x {args.real_repeats} "
               f"beside the renders", flush=True)
     real_set = Randomiser(real_images, real_targets, args.seed + 1, pastes=False) if len(real_images) else None
-    dataset = _TrainSet(Randomiser(images, masks, args.seed, args.neighbour_copies), train_indices,
+    dataset = _TrainSet(Randomiser(images, masks, args.seed, args.neighbour_copies, paved=args.paved), train_indices,
                         real_set, args.real_repeats)
     workers = args.workers if args.workers is not None else (1 if args.threads > 1 and len(train_indices) > 64 else 0)
     loader = torch.utils.data.DataLoader(
@@ -708,7 +781,8 @@ def main(argv: list[str] | None = None) -> dict:
         "input_width": width, "input_height": height,
         "input": "1x3xHxW float32 RGB in [0, 1] (image / 255), normalised inside the model",
         "output": "1x1xHxW logits of the ego track area (sigmoid -> probability)",
-        "seed": args.seed, "renders": args.renders, "neighbour_copies": args.neighbour_copies, "epochs": args.epochs,
+        "seed": args.seed, "renders": args.renders, "neighbour_copies": args.neighbour_copies, "paved": args.paved,
+        "epochs": args.epochs,
         "epochs_done": len(history) - int(interrupted), "interrupted": interrupted, "parameters": params,
         "onnx_opset": ONNX_OPSET, "cv2_vs_torch_max_abs_diff": max_diff,
         "synthetic_val_iou": val_iou, "synthetic_val_frames": int(val_count),
