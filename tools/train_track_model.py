@@ -145,6 +145,14 @@ def _photometric(width: int) -> A.Compose:
     ])
 
 
+def _ego_rows(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows where the ego area is at least 2 px wide, its width and its centre column there."""
+    widths = mask.sum(axis=1)
+    rows = np.flatnonzero(widths >= 2)
+    centre = (mask[rows] * np.arange(mask.shape[1], dtype=np.float32)).sum(axis=1) / widths[rows]
+    return rows, widths[rows].astype(np.float32), centre.astype(np.float32)
+
+
 class Randomiser:
     """Draws one randomised (image, target) from a cached render; deterministic per (seed, epoch, index)."""
 
@@ -196,27 +204,24 @@ class Randomiser:
         area's width on that row (W its width in metres), so a parallel track at ~4.5 m spacing is
         the ego band shifted by ~2.85 widths per row; curves are carried along row by row.
         """
-        widths = mask.sum(axis=1)
-        rows = np.flatnonzero(widths >= 2)
+        rows, widths, centre = _ego_rows(mask)
         if rows.size < 4:
             return
-        h, w = self.height, self.width
+        w = self.width
         cols = np.arange(w, dtype=np.float32)
-        centre = np.zeros(h, np.float32)
-        centre[rows] = (mask[rows] * cols).sum(axis=1) / widths[rows]
         source = image.copy()
         ego = cv2.dilate((mask > 0).astype(np.uint8), np.ones((3, 5), np.uint8)) > 0
         sides = [[-1], [1], [-1, 1]][int(rng.integers(3))]
-        half_bed = np.float32(rng.uniform(0.9, 1.3)) * widths[rows]
+        half_bed = np.float32(rng.uniform(0.9, 1.3)) * widths
         for side in sides:
             for order in range(1, int(rng.integers(1, 3)) + 1):
-                shift = side * order * rng.uniform(2.65, 3.1) * widths[rows]
+                shift = side * order * rng.uniform(2.65, 3.1) * widths
                 map_x = np.broadcast_to(cols, (rows.size, w)) - shift[:, None]
                 map_y = np.broadcast_to(rows[:, None].astype(np.float32), (rows.size, w))
                 moved = cv2.remap(source, np.ascontiguousarray(map_x, dtype=np.float32),
                                   np.ascontiguousarray(map_y, dtype=np.float32), cv2.INTER_LINEAR,
                                   borderMode=cv2.BORDER_REFLECT_101)
-                band = np.abs(cols[None, :] - (centre[rows] + shift)[:, None]) <= half_bed[:, None]
+                band = np.abs(cols[None, :] - (centre + shift)[:, None]) <= half_bed[:, None]
                 band &= ~ego[rows]
                 target = image[rows]
                 target[band] = moved[band]
@@ -227,14 +232,12 @@ class Randomiser:
         rails left as thin heads, often grooved, with a second tram track and lane markings beside
         them (mask 0). The renderer only draws ballast and slabs; a tram's rails lie flush in a road.
         """
-        widths = mask.sum(axis=1)
-        rows = np.flatnonzero(widths >= 2)
+        rows, widths, centre = _ego_rows(mask)
         if rows.size < 6:
             return
         h, w = self.height, self.width
         cols = np.arange(w, dtype=np.float32)
-        centre = (mask[rows] * cols).sum(axis=1) / widths[rows]
-        width_fit = np.polyfit(rows, widths[rows], 1)
+        width_fit = np.polyfit(rows, widths, 1)
         if width_fit[0] <= 0:
             return
         horizon = max(0.0, -width_fit[1] / width_fit[0])
