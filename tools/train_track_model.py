@@ -241,7 +241,8 @@ class Randomiser:
         if width_fit[0] <= 0:
             return
         horizon = max(0.0, -width_fit[1] / width_fit[0])
-        below = np.arange(int(math.ceil(horizon)), h)
+        first = int(math.ceil(horizon))
+        below = np.arange(first, h)
         if below.size < 4:
             return
         # every row below the horizon: the ego centre and width, extrapolated where the mask ends
@@ -259,7 +260,7 @@ class Randomiser:
             depth = 1.0 / np.maximum(below - horizon, 0.5)
             courses = np.cos(depth * rng.uniform(150, 400) * h / 144)[:, None, None]
             paving *= 1.0 + 0.12 * (courses > 0.6)
-        region = image[below]
+        region = image[first:]  # a view: the lines below draw into the image itself
         region[road] = np.clip(paving, 0, 255).astype(np.uint8)[road]
         head = np.maximum(1.0, 0.045 * row_width)
         steel = rng.uniform(130, 235) if rng.random() < 0.7 else rng.uniform(20, 60)
@@ -278,7 +279,6 @@ class Randomiser:
         for _ in range(int(rng.integers(0, 3))):  # lane markings
             at = row_centre + float(rng.choice([-1, 1]) * rng.uniform(1.4, 5.0)) * row_width
             self._line(region, at, np.maximum(1.0, 0.07 * row_width), rng.uniform(190, 250))
-        image[below] = region
 
     @staticmethod
     def _line(region: np.ndarray, x: np.ndarray, thickness: np.ndarray, value: float) -> None:
