@@ -1267,9 +1267,8 @@ def _measure_rails(frame: _Frame, model: _PairModel, rows: np.ndarray, bright: b
     ridge = _row_tophat(frame.grey, rows.astype(np.int64), kernels, bright)
     if frame.keep is not None:
         ridge = _masked(ridge, frame.keep[rows.astype(np.int64)])
-    return _RailSamples(rows, _ridge_peaks(ridge, left_pred, window * gap, gap, line_tolerance),
-                        _ridge_peaks(ridge, right_pred, window * gap, gap, line_tolerance),
-                        np.full(rows.size, not bright))
+    left, right = _ridge_peaks(ridge, np.stack([left_pred, right_pred]), window * gap, gap, line_tolerance)
+    return _RailSamples(rows, left, right, np.full(rows.size, not bright))
 
 
 def _row_tophat(grey: np.ndarray, rows: np.ndarray, kernel_px: np.ndarray, bright: bool) -> np.ndarray:
@@ -1286,28 +1285,38 @@ def _row_tophat(grey: np.ndarray, rows: np.ndarray, kernel_px: np.ndarray, brigh
 
 def _ridge_peaks(ridge: np.ndarray, predicted: np.ndarray, half_window: np.ndarray, gap: np.ndarray,
                  line_tolerance: float | None = None) -> np.ndarray:
-    """Sub-pixel column of the strongest ridge within the search window of each row.
+    """Sub-pixel column of the strongest ridge within the search window of each row, for each
+    rail's predicted columns (``predicted``: rails x rows; the result has its shape).
 
     A peak counts when it clearly exceeds the typical ridge level (ballast grain) of a wider
     context window, wide enough that the rail itself does not set that level.
     """
-    width, index = ridge.shape[1], np.arange(ridge.shape[0])
-    half = np.maximum(1.5, half_window)
-    context = np.maximum(4.0, _CONTEXT_PER_GAP * gap)
+    rails, rows = predicted.shape
+    width, index = ridge.shape[1], np.arange(rails * rows)
+    # Both rails' rows in one pass: numpy's cost here is mostly per call.
+    predicted, row_of = predicted.ravel(), np.tile(np.arange(rows), rails)
+    half = np.tile(np.maximum(1.5, half_window), rails)
+    context = np.tile(np.maximum(4.0, _CONTEXT_PER_GAP * gap), rails)
     reach = int(math.ceil(context.max())) + 1
     cols = np.round(predicted).astype(np.int64)[:, None] + np.arange(-reach, reach + 1)[None, :]
     distance = np.abs(cols - predicted[:, None])
     in_image = (cols >= 0) & (cols < width)
-    values = ridge[index[:, None], np.clip(cols, 0, width - 1)].astype(np.float32)
+    values = ridge[row_of[:, None], np.clip(cols, 0, width - 1)].astype(np.float32)
     around = np.where(in_image & (distance <= context[:, None]), values, np.nan)
     level = _row_medians(around)
     spread = _row_medians(np.abs(around - level[:, None]))
+    # The rest looks only inside the search window: its columns and one outside it on each side.
+    kept = min(reach, int(math.ceil(half.max())) + 2)
+    window = slice(reach - kept, reach + kept + 1)
+    cols, distance, in_image, values = cols[:, window], distance[:, window], in_image[:, window], values[:, window]
     searched = np.where(in_image & (distance <= half[:, None]), values, -1.0)
     best = np.argmax(searched, axis=1)
     on_line = np.ones(best.size, dtype=bool)
     if line_tolerance is not None:
-        best = _line_crests(searched, cols - predicted[:, None], level + np.maximum(3.0, 4.0 * spread),
-                            line_tolerance)
+        threshold = level + np.maximum(3.0, 4.0 * spread)
+        offset = cols - predicted[:, None]
+        best = np.concatenate([_line_crests(searched[rail], offset[rail], threshold[rail], line_tolerance)
+                               for rail in np.split(index, rails)])
         on_line, best = best >= 0, np.maximum(best, 0)
     peak = searched[index, best]
     # Parabolic sub-pixel refinement of the peak position.
@@ -1319,7 +1328,7 @@ def _ridge_peaks(ridge: np.ndarray, predicted: np.ndarray, half_window: np.ndarr
     column = cols[index, best] + np.clip(shift, -0.5, 0.5)
     column = _wide_stripe_middles(searched, best, 0.5 * (peak + level), cols[:, 0], column)
     found = on_line & (peak >= 4.0) & (peak - level >= np.maximum(3.0, 4.0 * spread))
-    return np.where(found, column, np.nan)
+    return np.where(found, column, np.nan).reshape(rails, rows)
 
 
 def _line_crests(searched: np.ndarray, offset: np.ndarray, threshold: np.ndarray, tolerance: float
