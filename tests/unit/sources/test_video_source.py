@@ -232,6 +232,17 @@ def test_the_blur_verdict_does_not_depend_on_the_resolution_or_the_sky():
     assert blur_score(with_sky) < limit
 
 
+def test_the_blur_measure_is_scikit_image_s_blur_effect():
+    from skimage.measure import blur_effect
+
+    rng = np.random.default_rng(2)
+    scenes = [textured_frame(7), cv2.GaussianBlur(textured_frame(7), (0, 0), 3),
+              rng.integers(0, 256, (90, 130, 3), dtype=np.uint8), np.full((40, 50, 3), 77, np.uint8)]
+    for scene in scenes:
+        grey = cv2.cvtColor(scene, cv2.COLOR_BGR2GRAY)
+        assert blur_score(scene) == pytest.approx(blur_effect(grey, h_size=11), abs=1e-6)
+
+
 def test_exposure_is_judged_on_the_ground_half():
     tunnel = np.zeros((H, W, 3), np.uint8)
     tunnel[H // 2:] = 60  # a dark tunnel mouth over a lit track
