@@ -297,7 +297,7 @@ def _on_robust_line(rows: np.ndarray, x: np.ndarray, tolerance_px: float = 2.0) 
             return np.zeros_like(found)
         fit = np.polyfit(rows[keep], x[keep], 1)
         residual = np.abs(np.where(found, x, np.inf) - np.polyval(fit, rows))
-        keep = found & (residual <= max(tolerance_px, 3 * 1.4826 * float(np.median(residual[keep]))))
+        keep = found & (residual <= max(tolerance_px, 3 * 1.4826 * _median(residual[keep])))
     return found & (np.abs(np.where(found, x, np.inf) - np.polyval(fit, rows)) <= tolerance_px)
 
 
@@ -954,7 +954,8 @@ def _masked(ridge: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
 
 def _percentile_uint8(image: np.ndarray, q: float) -> float:
     """``np.percentile(image, q)`` of an 8-bit image from its histogram: no sort of every pixel."""
-    cumulative = np.cumsum(np.bincount(image.ravel(), minlength=256))
+    histogram = cv2.calcHist([image], [0], None, [256], [0, 256]).ravel().astype(np.int64)
+    cumulative = np.cumsum(histogram)
     position = q / 100 * (cumulative[-1] - 1)
     below = math.floor(position)
     low, high = np.searchsorted(cumulative, [below, below + 1], side="right")
@@ -1240,7 +1241,7 @@ def _measure_band(frame: _Frame, model: _PairModel, rows: np.ndarray, window: fl
             return float(model.inlier_rows(band).mean())
         # Samples anywhere on a rail's head are on the rail (under infrared the peak hops between
         # the head's two dark edges): the pair model's own tolerance, at the band's middle row.
-        return band.straightness(float(np.median(model.residual_scale(rows))))
+        return band.straightness(_median(model.residual_scale(rows)))
 
     # A new band mostly shows the rails as the rows measured so far did (``samples_dark``: in
     # dark lines): that polarity first, the other only when the first leaves rows unexplained.
@@ -1255,7 +1256,7 @@ def _measure_band(frame: _Frame, model: _PairModel, rows: np.ndarray, window: fl
     if best_line and best_agreement < _MIN_SUPPORT and not trust_model:
         # Beside a rail at a turnout run switch blades, check rails and closure rails: the
         # strongest line of each row hops between them. Each rail's one straight line instead.
-        tolerance = float(np.median(model.residual_scale(rows)))
+        tolerance = _median(model.residual_scale(rows))
         for bright in (first, not first):
             lined = _measure_rails(frame, model, rows, bright, window, line_tolerance=tolerance)
             if (lined_agreement := agreement(lined)) > best_agreement:
@@ -1381,6 +1382,13 @@ def _wide_stripe_middles(searched: np.ndarray, best: np.ndarray, half: np.ndarra
     first = np.where(below & (at < best[:, None]), at, -1).max(axis=1) + 1
     last = np.where(below & (at > best[:, None]), at, searched.shape[1]).min(axis=1) - 1
     return np.where(last - first >= 4, first_col + 0.5 * (first + last), column)
+
+
+def _median(values: np.ndarray) -> float:
+    """``np.median`` of a short 1-D array of finite values, without its per-call overhead (a tenth
+    of its time at the finder's sizes)."""
+    ordered = np.sort(values)
+    return float(0.5 * (ordered[(ordered.size - 1) // 2] + ordered[ordered.size // 2]))
 
 
 def _row_medians(values: np.ndarray) -> np.ndarray:

@@ -139,7 +139,8 @@ def measure_frame(image: np.ndarray) -> FrameMeasures:
     Returns:
         The measures.
     """
-    return FrameMeasures(*exposure_stats(image), blur=blur_score(image), phash=phash(image))
+    grey = _grey(image)  # once: each measure works on the grey frame
+    return FrameMeasures(*exposure_stats(grey), blur=blur_score(grey), phash=phash(grey))
 
 
 # -- obstacle detectors --------------------------------------------------------------------------
