@@ -1,0 +1,141 @@
+"""CPU time a frame costs before its camera (the frame filters' measures, the learned ego-track area,
+the track finder), alone or against another checkout whose findings must be the same.
+
+    python benchmarks/finder_speed.py FRAMES [--width 1280] [--step 1] [--repeats 2] [--against DIR]
+
+FRAMES is a folder of images (the real frames ``benchmarks/real/extract.py`` rebuilds, say). Each
+frame is resized to ``--width`` columns and measured ``--repeats`` times on one thread (the fastest
+run counts) in a worker process per checkout: this one and, with ``--against``, another (a
+``git worktree`` of an earlier commit, with its own shipped model). The checkouts take turns frame by
+frame, so a drift in the machine's speed (a third within an hour on a shared machine) falls on both
+alike. Prints the median and mean CPU milliseconds of each part and of the whole per checkout and,
+with ``--against``, the frames whose findings differ (reason, rail fits, rows, confidence, mask
+area): a change meant only for speed must list none. Exits 1 when any differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp"}
+PARTS = ("filters", "learned", "finder")
+
+
+def worker(root: Path, width: int, repeats: int) -> None:
+    """Answers each frame path read from stdin with one JSON line: the fastest run's CPU ms per part
+    and the finding, with ``root``'s synrail and shipped model."""
+    sys.path.insert(0, str(root))
+    import time
+
+    import cv2
+
+    import synrail
+
+    if not Path(synrail.__file__).resolve().is_relative_to(root.resolve()):
+        raise SystemExit(f"{root} holds no synrail package (imported {synrail.__file__})")
+
+    from synrail.rail.detect import detect_track
+    from synrail.rail.learned import default_track_model
+    from synrail.sources.frame_filters import measure_frame
+
+    cv2.setNumThreads(1)
+    model = default_track_model()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        image = cv2.imread(line.strip(), cv2.IMREAD_COLOR)
+        scale = width / image.shape[1]
+        frame = cv2.resize(image, (width, round(image.shape[0] * scale)),
+                           interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+        fastest, result = None, None
+        for _ in range(repeats):
+            start = time.process_time()
+            measure_frame(frame)
+            filtered = time.process_time()
+            area = None if model is None else model.probability(frame)
+            learned = time.process_time()
+            result = detect_track(frame, track_area=area)
+            found = time.process_time()
+            ms = [1000 * (filtered - start), 1000 * (learned - filtered), 1000 * (found - learned)]
+            fastest = ms if fastest is None or sum(ms) < sum(fastest) else fastest
+        print(json.dumps({"ms": fastest, "finding": finding(result)}), flush=True)
+
+
+def finding(result) -> list:
+    """What a ``TrackResult`` says, in a form two checkouts' outputs compare by equality."""
+    found = result.detection
+    if found is None:
+        return [result.reason]
+    return [result.reason, repr(found.left_fit), repr(found.right_fit), found.top_row, found.bottom_row,
+            found.confidence, int(found.mask.sum())]
+
+
+def differing(findings: list[list[list]]) -> list[int]:
+    """The indices of the frames whose findings are not the same in every checkout (a list each)."""
+    return [index for index, per_frame in enumerate(zip(*findings, strict=True))
+            if any(other != per_frame[0] for other in per_frame)]
+
+
+def summary(ms: np.ndarray) -> str:
+    """Median and mean CPU ms of each part and of the whole (frames x parts)."""
+    parts = "  ".join(f"{part} {np.median(ms[:, i]):.1f}/{ms[:, i].mean():.1f}" for i, part in enumerate(PARTS))
+    total = ms.sum(axis=1)
+    return f"{parts}  total {np.median(total):.1f}/{total.mean():.1f} ms (median/mean)"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("frames", type=Path)
+    parser.add_argument("--width", type=int, default=1280)
+    parser.add_argument("--step", type=int, default=1, help="every step-th frame, in name order")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--against", type=Path, help="another checkout, measured in turn with this one")
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker is not None:
+        worker(args.worker, args.width, args.repeats)
+        return 0
+    paths = sorted(p for p in args.frames.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)[::args.step]
+    if not paths:
+        print(f"no images in {args.frames}", file=sys.stderr)
+        return 2
+    roots = [ROOT] + ([args.against.resolve()] if args.against else [])
+    workers = {root: subprocess.Popen(
+        [sys.executable, __file__, str(args.frames), "--worker", str(root), "--width", str(args.width),
+         "--repeats", str(args.repeats)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for root in roots}
+    for process in workers.values():
+        if process.stdout.readline().strip() != "ready":
+            print("a worker failed to start", file=sys.stderr)
+            return 2
+    ms: dict[Path, list[list[float]]] = {root: [] for root in roots}
+    findings: dict[Path, list[list]] = {root: [] for root in roots}
+    for path in paths:
+        for root, process in workers.items():
+            process.stdin.write(f"{path}\n")
+            process.stdin.flush()
+            answer = json.loads(process.stdout.readline())
+            ms[root].append(answer["ms"])
+            findings[root].append(answer["finding"])
+    for process in workers.values():
+        process.stdin.close()
+        process.wait()
+    for root in roots:
+        print(f"{root}: {len(paths)} frames at {args.width} columns: {summary(np.array(ms[root]))}")
+    if len(roots) == 1:
+        return 0
+    changed = [paths[index].name for index in differing([findings[root] for root in roots])]
+    for name in changed:
+        print(f"differs: {name}")
+    print(f"{len(paths) - len(changed)} frames with the same findings, {len(changed)} differ")
+    return 1 if changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
