@@ -155,7 +155,7 @@ _BED_SIDES = (0.28, 0.42)   # ... and the side strips, clear of the rail heads
 _BED_MIN_GAP_PX = 16.0
 _BED_CONTRAST_Z = 4.0       # robust z-score over the rows of the middle's distance to the nearer side
 _BED_SAMPLES = 48           # samples across the bed per row
-_CREST_ELEMENT = np.ones((1, 3), dtype=np.uint8)  # a stripe's crest: the row maximum over 5 columns
+_CREST_ELEMENT = np.ones((1, 3), dtype=np.uint8)  # a stripe's crest: the row maximum over 3 columns
 
 
 @dataclass(frozen=True)
