@@ -479,7 +479,7 @@ def _prepared(image_bgr: np.ndarray, hfov_deg: float | None, max_rows_fraction: 
     visible = _visible_rows(height, bottom_ignore, ignore_mask)
     keep = None if ignore_mask is None else ~ignore_mask[:visible]
     first_row = int(visible - height * max_rows_fraction)
-    return _Frame(grey[:visible], keep), first_row, _horizon_limits(width, height, hfov_deg)
+    return _Frame(grey[:visible], keep, {}), first_row, _horizon_limits(width, height, hfov_deg)
 
 
 def _gets_a_coarse_look(width: int) -> bool:
@@ -1047,11 +1047,32 @@ def _same_rails(a: _PairModel, b: _PairModel, row: float) -> bool:
 class _Frame(NamedTuple):
     grey: np.ndarray
     keep: np.ndarray | None  # False where nothing may count as a rail (ignore mask)
+    # ``_track_rails``' outcomes on this frame by their arguments, or None to keep none: the same
+    # candidate pair comes up under more than one mount, and following it again gives the same.
+    followed: dict | None = None
 
 
 def _track_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
                  horizon_limits: tuple[float, float], from_prior: bool = False, best_line: bool = False
                  ) -> tuple[_PairModel, _RailSamples, int, int, bool]:
+    """``_followed_rails``, each pair followed once per frame (``_Frame.followed``)."""
+    if frame.followed is None:
+        return _followed_rails(frame, model, seen_rows, horizon_limits, from_prior, best_line)
+    key = (model, seen_rows, horizon_limits, from_prior, best_line)
+    if key not in frame.followed:
+        try:
+            frame.followed[key] = _followed_rails(frame, model, seen_rows, horizon_limits, from_prior, best_line)
+        except _NoTrack as failure:
+            frame.followed[key] = failure
+    outcome = frame.followed[key]
+    if isinstance(outcome, _NoTrack):
+        raise outcome
+    return outcome
+
+
+def _followed_rails(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
+                    horizon_limits: tuple[float, float], from_prior: bool = False, best_line: bool = False
+                    ) -> tuple[_PairModel, _RailSamples, int, int, bool]:
     """From the rows the pair was seen on, grows the fitted range band by band: down to the
     bottom of the image (required, unless a hood's edge crosses the track where the rails end),
     then up toward the horizon while both rails keep their support and stay resolvable.

@@ -9,7 +9,7 @@ from test_coarse_look import blind_above_coarse_width, wide_scene  # noqa: F401 
 from test_rail_second_opinion import iou_with_truth
 
 from synrail.rail import detect
-from synrail.rail.detect import PAIR_OFF_CENTRE, candidate_tracks, detect_track
+from synrail.rail.detect import PAIR_NOT_SUPPORTED, PAIR_OFF_CENTRE, candidate_tracks, detect_track
 
 
 def test_the_track_the_finder_takes_is_among_its_candidates() -> None:
@@ -53,3 +53,23 @@ def test_a_pair_whose_rails_are_not_single_lines_is_followed_on_its_best_lines(
 
     monkeypatch.setattr(detect, "_track_rails", at_a_turnout)
     assert max(iou_with_truth(truth, track) for track in candidate_tracks(image)) > 0.9
+
+
+def test_a_candidate_pair_that_comes_up_under_two_mounts_is_followed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    image, _ = wide_scene(1.0)  # a gauge beside the camera: a pair under the centred mount comes up again
+    asked, followed = [], []
+    track_rails, followed_rails = detect._track_rails, detect._followed_rails
+
+    def counted_track_rails(frame, model, seen_rows, *args):
+        asked.append((model, seen_rows, *args))
+        return track_rails(frame, model, seen_rows, *args)
+
+    def counted_followed_rails(frame, model, seen_rows, *args):
+        followed.append((model, seen_rows, *args))
+        return followed_rails(frame, model, seen_rows, *args)
+
+    monkeypatch.setattr(detect, "_track_rails", counted_track_rails)
+    monkeypatch.setattr(detect, "_followed_rails", counted_followed_rails)
+    assert detect_track(image).reason == PAIR_NOT_SUPPORTED
+    assert len(followed) == len(set(followed)) < len(asked)
+    assert set(followed) == set(asked)
