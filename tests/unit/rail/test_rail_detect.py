@@ -573,3 +573,15 @@ def test_a_camera_looking_up_at_the_track_is_found_and_estimated_with_its_upward
     estimate = estimate_geometry(result.detection, WIDTH, HEIGHT, hfov_deg=60.0)
     assert math.degrees(estimate.pitch_rad) == pytest.approx(-7.0, abs=0.7)
     assert estimate.height_m == pytest.approx(2.5, rel=0.10)
+
+
+def test_the_finder_s_fast_percentile_and_median_are_numpy_s():
+    rng = np.random.default_rng(4)
+    for shape in ((300, 640), (5, 3), (1, 1)):
+        for skew in (0.3, 1.0, 5.0):
+            image = (rng.random(shape) ** skew * 255).astype(np.uint8)
+            for q in (0, 37.5, 50, 95, 100):
+                assert detect._percentile_uint8(image, q) == pytest.approx(np.percentile(image, q), abs=1e-9)
+    for size in (1, 2, 7, 60):
+        values = rng.normal(0, 3, size)
+        assert detect._median(values) == np.median(values)
