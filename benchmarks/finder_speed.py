@@ -19,8 +19,10 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,10 +34,6 @@ def worker(root: Path, width: int, repeats: int) -> None:
     """Answers each frame path read from stdin with one JSON line: the fastest run's CPU ms per part
     and the finding, with ``root``'s synrail and shipped model."""
     sys.path.insert(0, str(root))
-    import time
-
-    import cv2
-
     import synrail
 
     if not Path(synrail.__file__).resolve().is_relative_to(root.resolve()):
@@ -50,6 +48,9 @@ def worker(root: Path, width: int, repeats: int) -> None:
     print("ready", flush=True)
     for line in sys.stdin:
         image = cv2.imread(line.strip(), cv2.IMREAD_COLOR)
+        if image is None:
+            print(json.dumps({"ms": None, "finding": None}), flush=True)
+            continue
         scale = width / image.shape[1]
         frame = cv2.resize(image, (width, round(image.shape[0] * scale)),
                            interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
@@ -106,34 +107,43 @@ def main() -> int:
         print(f"no images in {args.frames}", file=sys.stderr)
         return 2
     roots = [ROOT] + ([args.against.resolve()] if args.against else [])
-    workers = {root: subprocess.Popen(
+    workers = [subprocess.Popen(
         [sys.executable, __file__, str(args.frames), "--worker", str(root), "--width", str(args.width),
          "--repeats", str(args.repeats)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        for root in roots}
-    for process in workers.values():
-        if process.stdout.readline().strip() != "ready":
-            print("a worker failed to start", file=sys.stderr)
-            return 2
-    ms: dict[Path, list[list[float]]] = {root: [] for root in roots}
-    findings: dict[Path, list[list]] = {root: [] for root in roots}
+        for root in roots]
+    if any(process.stdout.readline().strip() != "ready" for process in workers):
+        print("a worker failed to start", file=sys.stderr)
+        return 2
+    ms: list[list[list[float]]] = [[] for _ in roots]        # checkout, frame, part
+    findings: list[list[list]] = [[] for _ in roots]         # checkout, frame
+    measured = []
     for path in paths:
-        for root, process in workers.items():
+        answers = []
+        for process in workers:  # in turns: a drift in the machine's speed falls on each alike
             process.stdin.write(f"{path}\n")
             process.stdin.flush()
-            answer = json.loads(process.stdout.readline())
-            ms[root].append(answer["ms"])
-            findings[root].append(answer["finding"])
-    for process in workers.values():
+            answers.append(json.loads(process.stdout.readline()))
+        if answers[0]["ms"] is None:
+            print(f"{path}: not a readable image, left out", file=sys.stderr)
+            continue
+        measured.append(path)
+        for index, answer in enumerate(answers):
+            ms[index].append(answer["ms"])
+            findings[index].append(answer["finding"])
+    for process in workers:
         process.stdin.close()
         process.wait()
-    for root in roots:
-        print(f"{root}: {len(paths)} frames at {args.width} columns: {summary(np.array(ms[root]))}")
+    if not measured:
+        print(f"no readable images in {args.frames}", file=sys.stderr)
+        return 2
+    for root, per_frame in zip(roots, ms, strict=True):
+        print(f"{root}: {len(measured)} frames at {args.width} columns: {summary(np.array(per_frame))}")
     if len(roots) == 1:
         return 0
-    changed = [paths[index].name for index in differing([findings[root] for root in roots])]
+    changed = [measured[index].name for index in differing(findings)]
     for name in changed:
         print(f"differs: {name}")
-    print(f"{len(paths) - len(changed)} frames with the same findings, {len(changed)} differ")
+    print(f"{len(measured) - len(changed)} frames with the same findings, {len(changed)} differ")
     return 1 if changed else 0
 
 

@@ -23,6 +23,7 @@ def test_two_turns_of_one_checkout_give_figures_and_the_same_findings(tmp_path):
                                       hfov_deg=(50.0, 65.0), max_curvature=0.0, max_offset_m=0.0)
         cv2.imwrite(str(tmp_path / f"frame{index}.png"), render_background(spec))
     cv2.imwrite(str(tmp_path / "blank.jpg"), np.full((270, 480, 3), 120, np.uint8))
+    (tmp_path / "broken.png").write_bytes(b"not a png")
     result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--width", "480", "--repeats", "1",
                              "--against", str(ROOT)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
@@ -32,6 +33,7 @@ def test_two_turns_of_one_checkout_give_figures_and_the_same_findings(tmp_path):
         assert line.startswith(f"{ROOT}: 3 frames at 480 columns: filters ")
         assert " learned " in line and " finder " in line and line.endswith("ms (median/mean)")
     assert lines[2] == "3 frames with the same findings, 0 differ"
+    assert "broken.png: not a readable image, left out" in result.stderr
 
 
 def test_frames_whose_findings_differ_are_named():
