@@ -102,6 +102,9 @@ def main() -> int:
     if args.worker is not None:
         worker(args.worker, args.width, args.repeats)
         return 0
+    if not args.frames.is_dir():
+        print(f"{args.frames}: not a folder of frames", file=sys.stderr)
+        return 2
     paths = sorted(p for p in args.frames.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)[::args.step]
     if not paths:
         print(f"no images in {args.frames}", file=sys.stderr)
@@ -111,9 +114,10 @@ def main() -> int:
         [sys.executable, __file__, str(args.frames), "--worker", str(root), "--width", str(args.width),
          "--repeats", str(args.repeats)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         for root in roots]
-    if any(process.stdout.readline().strip() != "ready" for process in workers):
-        print("a worker failed to start", file=sys.stderr)
-        return 2
+    for root, process in zip(roots, workers, strict=True):
+        if process.stdout.readline().strip() != "ready":
+            print(f"{root}: its worker did not start (see above)", file=sys.stderr)
+            return 2
     ms: list[list[list[float]]] = [[] for _ in roots]        # checkout, frame, part
     findings: list[list[list]] = [[] for _ in roots]         # checkout, frame
     measured = []

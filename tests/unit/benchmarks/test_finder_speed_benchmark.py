@@ -42,7 +42,16 @@ def test_frames_whose_findings_differ_are_named():
     assert differing([[found, ["no converging rail pair"]], [found[:-1] + [999], ["no converging rail pair"]]]) == [0]
 
 
-def test_a_folder_without_images_is_refused(tmp_path):
-    result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True,
-                            timeout=120)
+def test_a_folder_without_images_a_missing_folder_and_a_checkout_without_synrail_are_refused(tmp_path):
+    def run(*args):
+        return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True,
+                              timeout=120)
+
+    result = run(tmp_path)
     assert result.returncode == 2 and f"no images in {tmp_path}" in result.stderr
+    result = run(tmp_path / "missing")
+    assert result.returncode == 2 and f"{tmp_path / 'missing'}: not a folder of frames" in result.stderr
+    cv2.imwrite(str(tmp_path / "frame.png"), np.zeros((20, 30, 3), np.uint8))
+    result = run(tmp_path, "--against", tmp_path)
+    assert result.returncode == 2 and f"{tmp_path}: its worker did not start" in result.stderr
+    assert "holds no synrail package" in result.stderr and "Traceback" not in result.stderr
