@@ -3,10 +3,11 @@ the track finder), alone or against another checkout whose findings must be the 
 
     python benchmarks/finder_speed.py FRAMES [--width 1280] [--step 1] [--repeats 2] [--against DIR]
 
-FRAMES is a folder of images (the real frames ``benchmarks/real/extract.py`` rebuilds, say). Each
-frame is resized to ``--width`` columns and measured ``--repeats`` times on one thread (the fastest
-run counts) in a worker process per checkout: this one and, with ``--against``, another (a
-``git worktree`` of an earlier commit, with its own shipped model). The checkouts take turns frame by
+FRAMES is a frames folder (JPEG or PNG images, as a build reads them; the real frames that
+``benchmarks/real/extract.py`` rebuilds, say). Each frame is resized to ``--width`` columns and
+measured ``--repeats`` times on one thread (the fastest run counts) in a worker process per
+checkout: this one and, with ``--against``, another (a ``git worktree`` of an earlier commit, with
+its own shipped model). The checkouts take turns frame by
 frame, so a drift in the machine's speed (a third within an hour on a shared machine) falls on both
 alike. Prints the median and mean CPU milliseconds of each part and of the whole per checkout and,
 with ``--against``, the frames whose findings differ (reason, rail fits, rows, confidence, mask
@@ -26,7 +27,6 @@ import cv2
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp"}
 PARTS = ("filters", "learned", "finder")
 
 
@@ -102,10 +102,13 @@ def main() -> int:
     if args.worker is not None:
         worker(args.worker, args.width, args.repeats)
         return 0
+    # Here, not at the top: a worker must import its own checkout's synrail.
+    from synrail.sources.video import IMAGE_EXTENSIONS
+
     if not args.frames.is_dir():
         print(f"{args.frames}: not a folder of frames", file=sys.stderr)
         return 2
-    paths = sorted(p for p in args.frames.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)[::args.step]
+    paths = sorted(p for p in args.frames.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)[::args.step]
     if not paths:
         print(f"no images in {args.frames}", file=sys.stderr)
         return 2
