@@ -133,6 +133,12 @@ _NEAR_GAP_SHARE = 0.6
 # at 0.7. The 18-epoch model is surer of itself: at 0.7 it seconded a track beside a camera mounted
 # between two (the slab null frame, overlap 0.75); 0.75 and 0.8 found as many correct tracks.)
 LEARNED_AGREEMENT = 0.8
+# Rails on one ground plane share a horizon: two candidate pairs whose horizons lie apart by more
+# than this share of the rows below the higher one cannot both be pairs of parallel rails (one
+# pairs a rail with a switch's diverging rail or a neighbour's). A pitch change along the track
+# moves a far horizon estimate by less.
+_HORIZON_SPLIT = 0.15
+_CHORD_HORIZON_SHARE = 0.5  # ... of which a candidate's Hough chords, before it is followed, show half
 # Where nothing is found at the frame's width, frames at least _COARSE_FROM times this wide are
 # searched once more shrunk to it (``_coarse_look``).
 COARSE_WIDTH = 640
@@ -308,7 +314,9 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
     """Finds the ego track in a BGR (or grey) cab-view image.
 
     Pairs centred under the camera whose rails reach the bottom (or a hood) are taken as they are,
-    as before a learned model existed. Findings that need more than the lines (a camera mounted
+    as before a learned model existed, unless the learned area disputes one and seconds a later
+    pair whose horizon lies apart from it (``_overrules``: the two cannot both be rail pairs on the
+    ground). Findings that need more than the lines (a camera mounted
     off the vehicle's centre line; rails that stop short of the bottom in the open) are taken only
     where the learned ego-track area (``track_area``) agrees; where no pair of lines leads to a
     track, the learned area itself proposes the pair that the classical fit then refines.
@@ -357,6 +365,7 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
         first_failure = failure
     mounts = ([_Mount(offset=mount_offset)] if mount_offset is not None else []) + [_CENTRED, _ANYWHERE]
     ambiguous: list[tuple[_PairModel, tuple[int, int], _Mount]] = []
+    contested: TrackDetection | None = None
     for mount in mounts if segments is not None else ():
         try:
             candidates = _ego_pair_candidates(segments, width, visible, horizon_limits, mount)
@@ -364,6 +373,9 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
             first_failure = first_failure or failure
             continue
         for model, seen_rows in candidates:
+            if contested is not None and not _horizons_apart(model.horizon_v, contested.left_fit.horizon_v, height,
+                                                             share=_CHORD_HORIZON_SHARE):
+                continue  # its chords converge where the disputed pair's rails do: it cannot overrule
             try:
                 detection = _followed_pair(frame, model, seen_rows, horizon_limits, width, height, mount, area=area)
             except _AmbiguousRails as failure:
@@ -383,7 +395,17 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
                                                from_prior=True, area=area)
                 except _NoTrack:
                     continue
+            if contested is not None:
+                if _overrules(detection, contested, area, height):
+                    return TrackResult(detection)
+                continue
+            if mount.settles and area is not None and not _agrees_with_area(detection, area):
+                # Taken on the lines' word, unless a later pair of this mount overrules it.
+                contested = detection
+                continue
             return TrackResult(detection)
+        if contested is not None:
+            return TrackResult(contested)
     # Pairs whose rails ran beside other lines where they were seen, once no pair was clear (a
     # clear pair comes first: a rack or guard rail in a track's middle pairs with one of its rails),
     # and only under a camera whose mount settles the pair (the learned area, which would second
@@ -566,15 +588,39 @@ def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
 
 
 def _agrees_with_area(detection: TrackDetection, area: np.ndarray | None) -> bool:
-    """Whether the learned ego-track area covers the detection: their intersection over union on
-    the rows the detection spans is at least ``LEARNED_AGREEMENT``. No area: no second opinion."""
-    if area is None:
-        return False
+    """Whether the learned ego-track area covers the detection (``_area_agreement`` at least
+    ``LEARNED_AGREEMENT``). No area: no second opinion."""
+    return area is not None and _area_agreement(detection, area) >= LEARNED_AGREEMENT
+
+
+def _overrules(alternative: TrackDetection, contested: TrackDetection, area: np.ndarray, height: int) -> bool:
+    """Whether a later pair under a mount that settles takes the place of the first one found
+    there, which the learned area did not second: the area seconds the later one, it reaches as far
+    down, and the two pairs' horizons lie apart (``_HORIZON_SPLIT``), so they cannot both be
+    rail pairs and the area settles which one is.
+
+    A neighbour track shares the ego track's horizon, so the area never trades the one for the other.
+    """
+    reaches = alternative.bottom_row is None or (
+        contested.bottom_row is not None and alternative.bottom_row >= contested.bottom_row)
+    return (reaches and _horizons_apart(alternative.left_fit.horizon_v, contested.left_fit.horizon_v, height)
+            and _agrees_with_area(alternative, area))
+
+
+def _horizons_apart(a: float, b: float, height: int, share: float = 1.0) -> bool:
+    """Whether two pairs' horizons (rows) lie further apart than ``share`` of ``_HORIZON_SPLIT``."""
+    higher, lower = sorted((a, b))
+    return lower - higher > share * _HORIZON_SPLIT * (height - higher)
+
+
+def _area_agreement(detection: TrackDetection, area: np.ndarray) -> float:
+    """The intersection over union of the detection's track area and the learned one, on the rows
+    the detection spans."""
     last = area.shape[0] if detection.bottom_row is None else min(area.shape[0], detection.bottom_row + 1)
     rows = slice(detection.top_row, last)
     found, learned = detection.mask[rows], area[rows]
     union = np.count_nonzero(found | learned)
-    return union > 0 and np.count_nonzero(found & learned) >= LEARNED_AGREEMENT * union
+    return np.count_nonzero(found & learned) / union if union else 0.0
 
 
 def _learned_proposal(area: np.ndarray, horizon_limits: tuple[float, float]

@@ -201,3 +201,64 @@ def test_a_pair_whose_chords_stop_short_is_followed_again_trusting_its_fit(monke
     found = detect_track(image).detection
     assert found is not None and iou_with_truth(truth, found) > 0.95
     assert tries[:2] == [False, True]
+
+
+def straight_pair(horizon_v: float, centre: float, bottom_row: int = HEIGHT - 1) -> detect.TrackDetection:
+    """A straight pair ``0.4 WIDTH`` apart at the bottom, meeting at ``(centre, horizon_v)``."""
+    model = detect._PairModel(horizon_v=horizon_v, a=centre, b=0.0, c=0.0,
+                              d=0.2 * WIDTH / (HEIGHT - 1 - horizon_v))
+    return detect._detection(model, int(horizon_v) + 20, bottom_row, WIDTH, HEIGHT, 1.0)
+
+
+def settled_choice(monkeypatch: pytest.MonkeyPatch, found: list[detect.TrackDetection],
+                   area: np.ndarray | None) -> tuple[detect.TrackDetection | None, int]:
+    """What ``detect_track`` takes when the centred mount's candidates lead, in order, to ``found``,
+    and how many of them it followed."""
+    followed: list[detect.TrackDetection] = []
+
+    def candidates(segments, width, height, horizon_limits, mount, limit=detect._MAX_PAIR_TRIES):
+        if not mount.centred:
+            raise detect._NoTrack(detect.NO_RAIL_PAIR)
+        return [(detect._pair_model(track), (HEIGHT // 2, HEIGHT - 1)) for track in found]
+
+    def followed_pair(frame, model, *args, **kwargs):
+        track = next(track for track in found if detect._pair_model(track) == model)
+        followed.append(track)
+        return track
+
+    monkeypatch.setattr(detect, "_ridge_segments", lambda *args: object())
+    monkeypatch.setattr(detect, "_ego_pair_candidates", candidates)
+    monkeypatch.setattr(detect, "_followed_pair", followed_pair)
+    image = np.full((HEIGHT, WIDTH, 3), 128, dtype=np.uint8)
+    area_map = None if area is None else area.astype(np.float32)
+    return detect_track(image, track_area=area_map).detection, len(followed)
+
+
+def test_a_centred_pair_the_learned_area_disputes_gives_way_to_one_it_seconds_on_another_horizon(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rail paired with a switch's diverging rail converges on another horizon than the ego rails:
+    the two cannot both be pairs of parallel rails, and the learned area settles which one is."""
+    ego, frog = straight_pair(100.0, WIDTH / 2), straight_pair(190.0, WIDTH / 2)
+    assert not detect._agrees_with_area(frog, ego.mask)
+    taken, followed = settled_choice(monkeypatch, [frog, ego], ego.mask)
+    assert taken is ego and followed == 2
+    assert settled_choice(monkeypatch, [frog, ego], None)[0] is frog  # no area: the lines' word
+
+
+def test_a_centred_pair_the_learned_area_seconds_is_taken_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    ego, frog = straight_pair(100.0, WIDTH / 2), straight_pair(190.0, WIDTH / 2)
+    assert settled_choice(monkeypatch, [ego, frog], ego.mask) == (ego, 1)
+
+
+@pytest.mark.parametrize("later", ["neighbour on the same horizon", "stops short of the first"])
+def test_a_disputed_centred_pair_stays_where_the_later_one_cannot_overrule_it(
+        monkeypatch: pytest.MonkeyPatch, later: str) -> None:
+    """A neighbour track shares the ego track's horizon: the learned area, which may mark the
+    neighbour, never trades one for the other. Nor does a pair that reaches less far down."""
+    first = straight_pair(104.0, WIDTH / 2) if later.startswith("neighbour") else straight_pair(190.0, WIDTH / 2)
+    other = (straight_pair(100.0, WIDTH / 2 + 0.4 * WIDTH) if later.startswith("neighbour")
+             else straight_pair(100.0, WIDTH / 2, bottom_row=HEIGHT - 60))
+    assert not detect._agrees_with_area(first, other.mask) and detect._agrees_with_area(other, other.mask)
+    taken, followed = settled_choice(monkeypatch, [first, other], other.mask)
+    assert taken is first
+    assert followed == (1 if later.startswith("neighbour") else 2)  # chords on the same horizon: not followed
