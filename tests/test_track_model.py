@@ -149,6 +149,35 @@ def test_street_running_paves_the_ground_and_keeps_the_rails_and_the_target():
     assert min(abs(grey[inside[0]] - np.median(middle)), abs(grey[inside[-1]] - np.median(middle))) >= 30
 
 
+def test_a_platform_lies_beside_the_ego_area_and_leaves_it_and_the_target_alone():
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "tools"))
+    from train_track_model import Randomiser
+
+    spec = sample_background_spec(np.random.default_rng(3), width=256, height=144, track_types=("ballasted",),
+                                  conditions={"normal": 1.0}, camera_height_m=(2.5, 2.5), pitch_deg=(4.0, 4.0),
+                                  hfov_deg=(60.0, 60.0), max_curvature=0.0, max_offset_m=0.0)
+    rendered = cv2.cvtColor(render_background(spec), cv2.COLOR_BGR2RGB)
+    truth = spec.geometry.track_mask().astype(np.float32)
+    randomiser = Randomiser(rendered[None], truth[None].astype(np.uint8), seed=0)
+    row = spec.geometry.height - 10
+    inside = np.flatnonzero(truth[row] > 0)
+    gap = inside[-1] - inside[0]
+    sides = set()
+    for seed in range(12):
+        image, mask = rendered.copy(), truth.copy()
+        randomiser._platform(image, mask, np.random.default_rng(seed))
+        assert np.array_equal(mask, truth)
+        changed = np.flatnonzero((image[row] != rendered[row]).any(axis=1))
+        if changed.size == 0:  # this platform ends before the bottom rows
+            continue
+        # the ego area and a strip of bed beside it stay as rendered; the platform starts on one side
+        clear = 0.3 * gap
+        assert not ((changed >= inside[0] - clear) & (changed <= inside[-1] + clear)).any()
+        sides.add(bool(changed[0] > inside[-1]))
+    assert sides == {True, False}
+
+
 def test_shipped_model_finds_the_ego_track_on_unseen_procedural_frames():
     model = default_track_model()
     assert model is not None, f"{DEFAULT_MODEL} is missing"

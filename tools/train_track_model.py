@@ -157,10 +157,11 @@ class Randomiser:
     """Draws one randomised (image, target) from a cached render; deterministic per (seed, epoch, index)."""
 
     def __init__(self, images: np.ndarray, masks: np.ndarray, seed: int, neighbour_copies: float = 0.0,
-                 pastes: bool = True, paved: float = 0.0) -> None:
+                 pastes: bool = True, paved: float = 0.0, platforms: float = 0.0) -> None:
         self.images, self.masks, self.seed = images, masks, seed
         self.neighbour_copies = neighbour_copies
         self.paved = paved  # share of renders turned into street running (renders only)
+        self.platforms = platforms  # share of renders given a station platform beside the track
         self.pastes = pastes  # distractor tracks and textures from other renders (renders only)
         self.height, self.width = images.shape[1:3]
         self.photometric = _photometric(self.width)
@@ -183,6 +184,10 @@ class Randomiser:
             self._texture(image, mask, rng)
         if self.pastes and rng.random() < self.paved:
             self._pave(image, mask, rng)
+        # Its own stream: the draws above and below stay those of a run without platforms.
+        platform_rng = np.random.default_rng([self.seed, 3, epoch, index])
+        if self.pastes and self.platforms and platform_rng.random() < self.platforms:
+            self._platform(image, mask, platform_rng)
         image, mask = self._geometric(image, mask, rng)
         if rng.random() < 0.3:
             self._hood(image, mask, rng)
@@ -279,6 +284,60 @@ class Randomiser:
         for _ in range(int(rng.integers(0, 3))):  # lane markings
             at = row_centre + float(rng.choice([-1, 1]) * rng.uniform(1.4, 5.0)) * row_width
             self._line(region, at, np.maximum(1.0, 0.07 * row_width), rng.uniform(190, 250))
+
+    def _platform(self, image: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> None:
+        """A station platform on one side of the ego track (mask 0): a flat paved surface from its
+        edge, 1.6-2 m from the track centre (1.05-1.35 track widths), outward, a dark strip at the
+        edge (its face, in shadow) and a white or yellow safety line a little way in. The renderer
+        draws none; next to one, a model that has not seen one takes the smooth surface for the bed.
+        """
+        rows, widths, centre = _ego_rows(mask)
+        if rows.size < 6:
+            return
+        h, w = self.height, self.width
+        width_fit = np.polyfit(rows, widths, 1)
+        if width_fit[0] <= 0:
+            return
+        horizon = max(0.0, -width_fit[1] / width_fit[0])
+        first = int(math.ceil(horizon))
+        below = np.arange(first, h)
+        if below.size < 4:
+            return
+        row_width = np.maximum(np.polyval(width_fit, below), 0.5).astype(np.float32)
+        row_centre = np.interp(below, rows, centre).astype(np.float32)
+        side = float(rng.choice([-1, 1]))
+        edge = rng.uniform(1.05, 1.35)
+        far = edge + (rng.uniform(2.0, 10.0) if rng.random() < 0.7 else 1e3)
+        across = side * (np.arange(w, dtype=np.float32)[None, :] - row_centre[:, None]) / row_width[:, None]
+        surface = (across >= edge) & (across <= far)
+        start = int(rng.uniform(0.0, 0.6) * below.size) if rng.random() < 0.5 else 0  # it may end some way ahead
+        surface[:start] = False
+        tone = rng.uniform(70, 210) * np.array(rng.uniform(0.9, 1.1, 3), np.float32)
+        cells = (int(rng.integers(2, 8)), int(rng.integers(3, 12)))
+        noise = cv2.resize(rng.uniform(0.8, 1.2, (*cells, 1)).astype(np.float32), (w, below.size),
+                           interpolation=cv2.INTER_CUBIC)[..., None]
+        grain = rng.normal(1.0, rng.uniform(0.02, 0.1), (below.size, w, 1)).astype(np.float32)
+        paving = tone[None, None, :] * noise * grain
+        if rng.random() < 0.4:  # slabs or tiles: courses that shrink with distance
+            depth = 1.0 / np.maximum(below - horizon, 0.5)
+            courses = np.cos(depth * rng.uniform(100, 300) * h / 144)[:, None, None]
+            paving *= 1.0 - 0.1 * (courses > 0.8)
+        region = image[first:]  # a view: the lines below draw into the image itself
+        region[surface] = np.clip(paving, 0, 255).astype(np.uint8)[surface]
+        region, row_centre, row_width = region[start:], row_centre[start:], row_width[start:]
+        face = rng.uniform(0.05, 0.15)
+        self._line(region, row_centre + side * (edge - face / 2) * row_width, np.maximum(1.0, face * row_width),
+                   rng.uniform(15, 70))
+        if rng.random() < 0.75:
+            line_at = edge + rng.uniform(0.25, 0.6)
+            colour = rng.uniform(200, 250) if rng.random() < 0.5 else None
+            thickness = np.maximum(1.0, rng.uniform(0.04, 0.1) * row_width)
+            at = row_centre + side * line_at * row_width
+            if colour is None:  # yellow (RGB), channel by channel
+                for channel, value in enumerate((rng.uniform(200, 250), rng.uniform(170, 220), rng.uniform(20, 80))):
+                    self._line(region[..., channel:channel + 1], at, thickness, value)
+            else:
+                self._line(region, at, thickness, colour)
 
     @staticmethod
     def _line(region: np.ndarray, x: np.ndarray, thickness: np.ndarray, value: float) -> None:
@@ -687,6 +746,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--paved", type=float, default=0.12,
                         help="share of samples turned into street running (paved ground, grooved rails, a second "
                              "tram track, lane markings)")
+    parser.add_argument("--platforms", type=float, default=0.0,
+                        help="share of samples given a station platform beside the ego track (off by default)")
     parser.add_argument("--train-real", type=Path, action="append", default=[],
                         help="folder of labelled real frames (labels.json) to train on beside the renders "
                              "(repeatable; off by default: the shipped model is trained on renders only)")
@@ -728,7 +789,8 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"training on {len(real_images)} labelled real frames ({trained_split}) x {args.real_repeats} "
               f"beside the renders", flush=True)
     real_set = Randomiser(real_images, real_targets, args.seed + 1, pastes=False) if len(real_images) else None
-    dataset = _TrainSet(Randomiser(images, masks, args.seed, args.neighbour_copies, paved=args.paved), train_indices,
+    dataset = _TrainSet(Randomiser(images, masks, args.seed, args.neighbour_copies, paved=args.paved,
+                                    platforms=args.platforms), train_indices,
                         real_set, args.real_repeats)
     workers = args.workers if args.workers is not None else (1 if args.threads > 1 and len(train_indices) > 64 else 0)
     loader = torch.utils.data.DataLoader(
@@ -785,6 +847,7 @@ def main(argv: list[str] | None = None) -> dict:
         "input": "1x3xHxW float32 RGB in [0, 1] (image / 255), normalised inside the model",
         "output": "1x1xHxW logits of the ego track area (sigmoid -> probability)",
         "seed": args.seed, "renders": args.renders, "neighbour_copies": args.neighbour_copies, "paved": args.paved,
+        "platforms": args.platforms,
         "epochs": args.epochs,
         "epochs_done": len(history) - int(interrupted), "interrupted": interrupted, "parameters": params,
         "onnx_opset": ONNX_OPSET, "cv2_vs_torch_max_abs_diff": max_diff,
