@@ -124,16 +124,21 @@ def test_render_cache_is_keyed_by_the_scene_ranges(tmp_path, monkeypatch):
     assert len(list(tmp_path.iterdir())) == 2 and not np.array_equal(images, other)
 
 
+def _straight_scene():
+    """A straight ballasted render at the model's size: its spec, RGB image and ego area (float)."""
+    spec = sample_background_spec(np.random.default_rng(3), width=256, height=144, track_types=("ballasted",),
+                                  conditions={"normal": 1.0}, camera_height_m=(2.5, 2.5), pitch_deg=(4.0, 4.0),
+                                  hfov_deg=(60.0, 60.0), max_curvature=0.0, max_offset_m=0.0)
+    rendered = cv2.cvtColor(render_background(spec), cv2.COLOR_BGR2RGB)
+    return spec, rendered, spec.geometry.track_mask().astype(np.float32)
+
+
 def test_street_running_paves_the_ground_and_keeps_the_rails_and_the_target():
     pytest.importorskip("torch")
     sys.path.insert(0, str(ROOT / "tools"))
     from train_track_model import Randomiser
 
-    spec = sample_background_spec(np.random.default_rng(3), width=256, height=144, track_types=("ballasted",),
-                                  conditions={"normal": 1.0}, camera_height_m=(2.5, 2.5), pitch_deg=(4.0, 4.0),
-                                  hfov_deg=(60.0, 60.0), max_curvature=0.0, max_offset_m=0.0)
-    rendered = cv2.cvtColor(render_background(spec), cv2.COLOR_BGR2RGB)
-    truth = spec.geometry.track_mask().astype(np.float32)
+    spec, rendered, truth = _straight_scene()
     image, mask = rendered.copy(), truth.copy()
     Randomiser(rendered[None], truth[None].astype(np.uint8), seed=0)._pave(image, mask, np.random.default_rng(1))
 
@@ -154,11 +159,7 @@ def test_a_platform_lies_beside_the_ego_area_and_leaves_it_and_the_target_alone(
     sys.path.insert(0, str(ROOT / "tools"))
     from train_track_model import Randomiser
 
-    spec = sample_background_spec(np.random.default_rng(3), width=256, height=144, track_types=("ballasted",),
-                                  conditions={"normal": 1.0}, camera_height_m=(2.5, 2.5), pitch_deg=(4.0, 4.0),
-                                  hfov_deg=(60.0, 60.0), max_curvature=0.0, max_offset_m=0.0)
-    rendered = cv2.cvtColor(render_background(spec), cv2.COLOR_BGR2RGB)
-    truth = spec.geometry.track_mask().astype(np.float32)
+    spec, rendered, truth = _straight_scene()
     randomiser = Randomiser(rendered[None], truth[None].astype(np.uint8), seed=0)
     row = spec.geometry.height - 10
     inside = np.flatnonzero(truth[row] > 0)

@@ -153,6 +153,25 @@ def _ego_rows(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rows, widths[rows].astype(np.float32), centre.astype(np.float32)
 
 
+def _ground_rows(mask: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The ego area's horizon (where its width, fitted as a line over the rows, falls to 0), every
+    row below it, and the ego centre and width on each, extrapolated where the mask ends; None where
+    the area is too small or too flat to tell."""
+    rows, widths, centre = _ego_rows(mask)
+    if rows.size < 6:
+        return None
+    width_fit = np.polyfit(rows, widths, 1)
+    if width_fit[0] <= 0:
+        return None
+    horizon = max(0.0, -width_fit[1] / width_fit[0])
+    below = np.arange(int(math.ceil(horizon)), mask.shape[0])
+    if below.size < 4:
+        return None
+    row_width = np.maximum(np.polyval(width_fit, below), 0.5).astype(np.float32)
+    row_centre = np.interp(below, rows, centre).astype(np.float32)
+    return horizon, below, row_width, row_centre
+
+
 class Randomiser:
     """Draws one randomised (image, target) from a cached render; deterministic per (seed, epoch, index)."""
 
@@ -237,22 +256,12 @@ class Randomiser:
         rails left as thin heads, often grooved, with a second tram track and lane markings beside
         them (mask 0). The renderer only draws ballast and slabs; a tram's rails lie flush in a road.
         """
-        rows, widths, centre = _ego_rows(mask)
-        if rows.size < 6:
+        ground = _ground_rows(mask)
+        if ground is None:
             return
-        h, w = self.height, self.width
+        horizon, below, row_width, row_centre = ground
+        first, h, w = int(below[0]), self.height, self.width
         cols = np.arange(w, dtype=np.float32)
-        width_fit = np.polyfit(rows, widths, 1)
-        if width_fit[0] <= 0:
-            return
-        horizon = max(0.0, -width_fit[1] / width_fit[0])
-        first = int(math.ceil(horizon))
-        below = np.arange(first, h)
-        if below.size < 4:
-            return
-        # every row below the horizon: the ego centre and width, extrapolated where the mask ends
-        row_width = np.maximum(np.polyval(width_fit, below), 0.5).astype(np.float32)
-        row_centre = np.interp(below, rows, centre).astype(np.float32)
         reach = rng.uniform(2.5, 9.0) if rng.random() < 0.6 else 1e3  # the road's half-width, in track widths
         road = np.abs(cols[None, :] - row_centre[:, None]) <= reach * row_width[:, None]
         tone = rng.uniform(50, 170) * np.array(rng.uniform(0.9, 1.1, 3), np.float32)
@@ -291,20 +300,11 @@ class Randomiser:
         edge (its face, in shadow) and a white or yellow safety line a little way in. The renderer
         draws none; next to one, a model that has not seen one takes the smooth surface for the bed.
         """
-        rows, widths, centre = _ego_rows(mask)
-        if rows.size < 6:
+        ground = _ground_rows(mask)
+        if ground is None:
             return
-        h, w = self.height, self.width
-        width_fit = np.polyfit(rows, widths, 1)
-        if width_fit[0] <= 0:
-            return
-        horizon = max(0.0, -width_fit[1] / width_fit[0])
-        first = int(math.ceil(horizon))
-        below = np.arange(first, h)
-        if below.size < 4:
-            return
-        row_width = np.maximum(np.polyval(width_fit, below), 0.5).astype(np.float32)
-        row_centre = np.interp(below, rows, centre).astype(np.float32)
+        horizon, below, row_width, row_centre = ground
+        first, h, w = int(below[0]), self.height, self.width
         side = float(rng.choice([-1, 1]))
         edge = rng.uniform(1.05, 1.35)
         far = edge + (rng.uniform(2.0, 10.0) if rng.random() < 0.7 else 1e3)
