@@ -138,7 +138,9 @@ LEARNED_AGREEMENT = 0.8
 # pairs a rail with a switch's diverging rail or a neighbour's). A pitch change along the track
 # moves a far horizon estimate by less.
 _HORIZON_SPLIT = 0.15
-_CHORD_HORIZON_SHARE = 0.5  # ... of which a candidate's Hough chords, before it is followed, show half
+# A later candidate is followed only where its Hough chords' own horizon lies at least this share of
+# that split away (chords cut curves, so they place the horizon only roughly).
+_CHORD_HORIZON_SHARE = 0.5
 # Where nothing is found at the frame's width, frames at least _COARSE_FROM times this wide are
 # searched once more shrunk to it (``_coarse_look``).
 COARSE_WIDTH = 640
@@ -608,7 +610,8 @@ def _overrules(alternative: TrackDetection, contested: TrackDetection, area: np.
 
 
 def _horizons_apart(a: float, b: float, height: int, share: float = 1.0) -> bool:
-    """Whether two pairs' horizons (rows) lie further apart than ``share`` of ``_HORIZON_SPLIT``."""
+    """Whether two horizon rows lie further apart than ``share`` times ``_HORIZON_SPLIT`` of the image
+    rows below the higher one."""
     higher, lower = sorted((a, b))
     return lower - higher > share * _HORIZON_SPLIT * (height - higher)
 
