@@ -172,6 +172,20 @@ def _ground_rows(mask: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.nd
     return horizon, below, row_width, row_centre
 
 
+def _paving(rng: np.random.Generator, size: tuple[int, int], tone: tuple[float, float], spread: float,
+            grain: float) -> tuple[np.ndarray, np.ndarray]:
+    """A paved surface's colour (RGB) and its rows x columns x 3 texture: a tone drawn from ``tone``,
+    slightly tinted, times coarse blotches within ``1 -/+ spread`` and a fine grain of up to
+    ``grain`` (standard deviation)."""
+    rows, columns = size
+    colour = rng.uniform(*tone) * np.array(rng.uniform(0.9, 1.1, 3), np.float32)
+    cells = (int(rng.integers(2, 8)), int(rng.integers(3, 12)))
+    blotches = cv2.resize(rng.uniform(1 - spread, 1 + spread, (*cells, 1)).astype(np.float32), (columns, rows),
+                          interpolation=cv2.INTER_CUBIC)[..., None]
+    fine = rng.normal(1.0, rng.uniform(0.02, grain), (rows, columns, 1)).astype(np.float32)
+    return colour, colour[None, None, :] * blotches * fine
+
+
 class Randomiser:
     """Draws one randomised (image, target) from a cached render; deterministic per (seed, epoch, index)."""
 
@@ -264,12 +278,7 @@ class Randomiser:
         cols = np.arange(w, dtype=np.float32)
         reach = rng.uniform(2.5, 9.0) if rng.random() < 0.6 else 1e3  # the road's half-width, in track widths
         road = np.abs(cols[None, :] - row_centre[:, None]) <= reach * row_width[:, None]
-        tone = rng.uniform(50, 170) * np.array(rng.uniform(0.9, 1.1, 3), np.float32)
-        cells = (int(rng.integers(2, 8)), int(rng.integers(3, 12)))
-        noise = cv2.resize(rng.uniform(0.75, 1.25, (*cells, 1)).astype(np.float32), (w, below.size),
-                           interpolation=cv2.INTER_CUBIC)[..., None]
-        grain = rng.normal(1.0, rng.uniform(0.02, 0.12), (below.size, w, 1)).astype(np.float32)
-        paving = tone[None, None, :] * noise * grain
+        tone, paving = _paving(rng, (below.size, w), (50, 170), 0.25, 0.12)
         if rng.random() < 0.4:  # setts: rows of stones that shrink with distance (depth ~ 1 / (row - horizon))
             depth = 1.0 / np.maximum(below - horizon, 0.5)
             courses = np.cos(depth * rng.uniform(150, 400) * h / 144)[:, None, None]
@@ -312,12 +321,7 @@ class Randomiser:
         surface = (across >= edge) & (across <= far)
         start = int(rng.uniform(0.0, 0.6) * below.size) if rng.random() < 0.5 else 0  # it may end some way ahead
         surface[:start] = False
-        tone = rng.uniform(70, 210) * np.array(rng.uniform(0.9, 1.1, 3), np.float32)
-        cells = (int(rng.integers(2, 8)), int(rng.integers(3, 12)))
-        noise = cv2.resize(rng.uniform(0.8, 1.2, (*cells, 1)).astype(np.float32), (w, below.size),
-                           interpolation=cv2.INTER_CUBIC)[..., None]
-        grain = rng.normal(1.0, rng.uniform(0.02, 0.1), (below.size, w, 1)).astype(np.float32)
-        paving = tone[None, None, :] * noise * grain
+        _, paving = _paving(rng, (below.size, w), (70, 210), 0.2, 0.1)
         if rng.random() < 0.4:  # slabs or tiles: courses that shrink with distance
             depth = 1.0 / np.maximum(below - horizon, 0.5)
             courses = np.cos(depth * rng.uniform(100, 300) * h / 144)[:, None, None]
@@ -332,16 +336,14 @@ class Randomiser:
             line_at = edge + rng.uniform(0.25, 0.6)
             colour = rng.uniform(200, 250) if rng.random() < 0.5 else None
             thickness = np.maximum(1.0, rng.uniform(0.04, 0.1) * row_width)
-            at = row_centre + side * line_at * row_width
-            if colour is None:  # yellow (RGB), channel by channel
-                for channel, value in enumerate((rng.uniform(200, 250), rng.uniform(170, 220), rng.uniform(20, 80))):
-                    self._line(region[..., channel:channel + 1], at, thickness, value)
-            else:
-                self._line(region, at, thickness, colour)
+            if colour is None:  # yellow (RGB)
+                colour = np.array([rng.uniform(200, 250), rng.uniform(170, 220), rng.uniform(20, 80)], np.float32)
+            self._line(region, row_centre + side * line_at * row_width, thickness, colour)
 
     @staticmethod
-    def _line(region: np.ndarray, x: np.ndarray, thickness: np.ndarray, value: float) -> None:
-        """A line on the ground: on each row, the pixels within thickness / 2 of column ``x``."""
+    def _line(region: np.ndarray, x: np.ndarray, thickness: np.ndarray, value: float | np.ndarray) -> None:
+        """A line on the ground: on each row, the pixels within thickness / 2 of column ``x``, drawn
+        in ``value`` (a grey level, or one per channel)."""
         cols = np.arange(region.shape[1], dtype=np.float32)[None, :]
         near = np.clip(thickness[:, None] / 2 + 0.5 - np.abs(cols - x[:, None]), 0.0, 1.0)[..., None]
         region[:] = np.clip(region * (1 - near) + value * near, 0, 255).astype(np.uint8)
