@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -58,6 +59,7 @@ PAIR_OFF_CENTRE = "rail pair not under the camera"
 RAIL_INSIDE_PAIR = "a rail runs between the pair"
 PAIR_BETWEEN_TRACKS = "rail pair between two tracks"
 RAILS_TOO_SHORT = "rails followed over too short a stretch"
+PAIR_ONE_RAIL_OVER = "a rail runs a gauge beside the pair"
 
 MIN_GAP_PX = 4.0             # closer than this the two rails are no longer resolvable
 GAP_SLOPE_RANGE = (0.28, 1.3)  # d(gap)/d(row) = (gauge + head) cos(pitch) / camera height: 1.15-5.4 m
@@ -122,6 +124,12 @@ _INSIDE_STRENGTH = 0.5      # ... standing out at least half as much as the pair
 _BESIDE_BAND = (1.95, 2.55)
 _BESIDE_SIDE = (1.6, 2.6)
 _ACROSS_BINS = np.linspace(-2.6, 2.6, 417)  # positions across the pair, in half gaps from its centre
+# A line a gap beyond one of a pair's rails (2.7-3.3 half gaps from its centre) pairs with that rail
+# as well as the pair's other rail does: three evenly spaced rails, and the lines cannot tell which
+# two are the track (a street's two tram tracks, a gap apart, show one between them). A standard
+# neighbour's near rail lies farther (3.7 half gaps).
+_ONE_OVER_BAND = (2.7, 3.3)
+_WIDE_BINS = np.linspace(-3.6, 3.6, 577)  # the same spacing as ``_ACROSS_BINS``, a gap farther out
 _PRIOR_SEED_SHARE = 0.3      # a prior is followed from the lowest 30 % of the rows it covered
 # Rails followed down to where their gap is this share of the gap on the lowest row that shows
 # both are the near track, even where the last rows above the image's bottom cannot be measured.
@@ -420,8 +428,7 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
             continue
     if area is not None and (proposal := _learned_proposal(area, horizon_limits)) is not None:
         try:
-            return TrackResult(_followed_pair(frame, *proposal, horizon_limits, width, height, _ANYWHERE,
-                                              from_prior=True, area=area))
+            return TrackResult(_proposed_track(frame, proposal, horizon_limits, width, height, area))
         except _NoTrack as failure:
             first_failure = first_failure or failure
     if _gets_a_coarse_look(width):
@@ -471,7 +478,7 @@ def candidate_tracks(image_bgr: np.ndarray, *, hfov_deg: float | None = None, ma
         starts += [(model, seen_rows, trusted) for model, seen_rows in pairs for trusted in (False, True)]
     area = None if track_area is None else np.asarray(track_area, dtype=np.float32) >= 0.5
     if area is not None and (proposal := _learned_proposal(area, horizon_limits)) is not None:
-        starts.append((*proposal, True))
+        starts += [(*proposal, trusted) for trusted in (True, False)]
     tracks = []
     for model, seen_rows, trusted in starts:
         try:
@@ -663,6 +670,28 @@ def _learned_proposal(area: np.ndarray, horizon_limits: tuple[float, float]
     return model, (middle, int(rows[-1]))
 
 
+def _proposed_track(frame: _Frame, proposal: tuple[_PairModel, tuple[int, int]], horizon_limits: tuple[float, float],
+                    width: int, height: int, area: np.ndarray) -> TrackDetection:
+    """The track the learned area's proposal leads to, which the area must second; ``_NoTrack`` with
+    the reason when there is none.
+
+    The proposal is followed trusted from its first band (narrow windows). Where the area's edges
+    put the rails farther off than those windows reach, its first band is searched as Hough chords
+    are (the wide window, untrusted); a pair found so is refused when a line runs a gap beyond one
+    of its rails (``_rail_one_over``): the area that proposed it cannot also tell it from the pair
+    one rail over.
+    """
+    try:
+        return _followed_pair(frame, *proposal, horizon_limits, width, height, _ANYWHERE, from_prior=True, area=area)
+    except _NoTrack:
+        pass
+    found = _followed_pair(frame, *proposal, horizon_limits, width, height, _ANYWHERE, area=area)
+    bottom_row = frame.grey.shape[0] - 1 if found.bottom_row is None else found.bottom_row
+    if _rail_one_over(frame, _pair_model(found), found.top_row, bottom_row):
+        raise _NoTrack(PAIR_ONE_RAIL_OVER)
+    return found
+
+
 def _follow_prior(frame: _Frame, prior: TrackDetection, horizon_limits: tuple[float, float], width: int,
                   height: int) -> TrackDetection | None:
     """The track followed from the prior's fit (a cab camera moves little between frames), or
@@ -751,21 +780,46 @@ def _rails_beside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: in
     """Why rail-like lines parallel to the pair say it is no track, or None: one runs between its
     rails (``_INSIDE_BAND``: the ego's rail paired with a neighbour's), or one runs on each side about
     a gauge beyond its rails (``_BESIDE_BAND``: the six-foot between two tracks, their other rails).
+    """
+    band = (np.abs(_ACROSS_BINS) >= _INSIDE_BAND[0]) & (np.abs(_ACROSS_BINS) <= _INSIDE_BAND[1])
+    beside = (np.abs(_ACROSS_BINS) >= _BESIDE_SIDE[0]) & (np.abs(_ACROSS_BINS) <= _BESIDE_SIDE[1])
+    for line in _parallel_lines(frame, model, top_row, bottom_row, _ACROSS_BINS):
+        if (band & line).any():
+            return RAIL_INSIDE_PAIR
+        outer = beside & line
+        # Each line on the left paired with each on the right: where the pair's centre puts them.
+        average = 0.5 * (-_ACROSS_BINS[outer & (_ACROSS_BINS < 0)][:, None] + _ACROSS_BINS[outer & (_ACROSS_BINS > 0)])
+        if ((average >= _BESIDE_BAND[0]) & (average <= _BESIDE_BAND[1])).any():
+            return PAIR_BETWEEN_TRACKS
+    return None
 
-    Each row's ridge map (either polarity) is sampled at fixed positions across the pair; a line
-    on the ground parallel to the rails keeps its position there from row to row.
+
+def _rail_one_over(frame: _Frame, model: _PairModel, top_row: int, bottom_row: int) -> bool:
+    """Whether a rail-like line runs parallel to the pair a gap beyond one of its rails
+    (``_ONE_OVER_BAND``), in either polarity."""
+    one_over = (np.abs(_WIDE_BINS) >= _ONE_OVER_BAND[0]) & (np.abs(_WIDE_BINS) <= _ONE_OVER_BAND[1])
+    return any((one_over & line).any() for line in _parallel_lines(frame, model, top_row, bottom_row, _WIDE_BINS))
+
+
+def _parallel_lines(frame: _Frame, model: _PairModel, top_row: int, bottom_row: int, bins: np.ndarray
+                    ) -> Iterator[np.ndarray]:
+    """For bright lines, then dark ones: at which of the positions ``bins`` across the pair (half
+    gaps from its centre) a rail-like line runs parallel to it; nothing where the pair covers too
+    few rows to tell.
+
+    Each row's ridge map is sampled at those positions; a line on the ground parallel to the rails
+    keeps its position there from row to row. It counts where it stands out from the pair's own bed
+    on most rows and about as much as the pair's weaker rail does.
     """
     # Every other row: a rail's support is a share of rows, and this halves the top-hats.
     rows = np.arange(max(top_row, int(math.ceil(model.row_at_gap(4 * MIN_GAP_PX)))), bottom_row + 1, 2,
                      dtype=np.float64)
     if rows.size < 8:
-        return None
+        return
     t = rows - model.horizon_v
     centre = model.a + model.b * t + model.c / t
-    columns = centre[:, None] + _ACROSS_BINS[None, :] * (model.d * t)[:, None]
+    columns = centre[:, None] + bins[None, :] * (model.d * t)[:, None]
     kernels = np.maximum(3, 2 * model.d * t * _TOPHAT_PER_GAP)
-    band = (np.abs(_ACROSS_BINS) >= _INSIDE_BAND[0]) & (np.abs(_ACROSS_BINS) <= _INSIDE_BAND[1])
-    beside = (np.abs(_ACROSS_BINS) >= _BESIDE_SIDE[0]) & (np.abs(_ACROSS_BINS) <= _BESIDE_SIDE[1])
     for bright in (True, False):
         ridge = _row_tophat(frame.grey, rows.astype(np.int64), kernels, bright).astype(np.float32)
         if frame.keep is not None:
@@ -773,7 +827,7 @@ def _rails_beside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: in
         samples = cv2.remap(ridge, columns.astype(np.float32),
                             np.repeat(np.arange(rows.size, dtype=np.float32)[:, None], columns.shape[1], axis=1),
                             cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-        between = samples[:, np.abs(_ACROSS_BINS) <= 1.05]  # the background level: of the pair's own bed
+        between = samples[:, np.abs(bins) <= 1.05]  # the background level: of the pair's own bed
         level = np.median(between, axis=1, keepdims=True)
         spread = np.median(np.abs(between - level), axis=1, keepdims=True)
         crest = samples >= cv2.dilate(samples, np.ones((1, 5), np.uint8))
@@ -783,16 +837,8 @@ def _rails_beside(frame: _Frame, model: _PairModel, top_row: int, bottom_row: in
         # ... and it must stand out about as much as the pair's own rails do in this polarity
         # (motion blur streaks the bed along the same lines, but faintly).
         strength = np.median(samples - level, axis=0)
-        rails = min(float(strength[np.abs(_ACROSS_BINS + side) <= 0.05].max()) for side in (-1, 1))
-        line = (support >= _INSIDE_SUPPORT) & (strength >= _INSIDE_STRENGTH * rails)
-        if (band & line).any():
-            return RAIL_INSIDE_PAIR
-        outer = beside & line
-        # Each line on the left paired with each on the right: where the pair's centre puts them.
-        average = 0.5 * (-_ACROSS_BINS[outer & (_ACROSS_BINS < 0)][:, None] + _ACROSS_BINS[outer & (_ACROSS_BINS > 0)])
-        if ((average >= _BESIDE_BAND[0]) & (average <= _BESIDE_BAND[1])).any():
-            return PAIR_BETWEEN_TRACKS
-    return None
+        rails = min(float(strength[np.abs(bins + side) <= 0.05].max()) for side in (-1, 1))
+        yield (support >= _INSIDE_SUPPORT) & (strength >= _INSIDE_STRENGTH * rails)
 
 
 def _pair_model(detection: TrackDetection) -> _PairModel:

@@ -262,3 +262,68 @@ def test_a_disputed_centred_pair_stays_where_the_later_one_cannot_overrule_it(
     taken, followed = settled_choice(monkeypatch, [first, other], other.mask)
     assert taken is first
     assert followed == (1 if later.startswith("neighbour") else 2)  # chords on the same horizon: not followed
+
+
+def rail_columns(spec: BackgroundSpec, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ego rails' head-centre columns on ``rows`` (a straight track)."""
+    geometry = spec.geometry
+    z = geometry.ground_point(np.full_like(rows, WIDTH / 2), rows)[1]
+    half = geometry.gauge_m / 2 + geometry.rail_head_m / 2
+    return tuple(geometry.project(np.full_like(z, geometry.track_offset_m + side * half), np.zeros_like(z), z)[0]
+                 for side in (-1, 1))
+
+
+def widened_area(spec: BackgroundSpec, factor: float) -> np.ndarray:
+    """The scene's track area drawn for a gauge ``factor`` times as wide: a learned area whose
+    edges lie beyond the rails."""
+    geometry = spec.geometry
+    return geometry.model_copy(update={"gauge_m": geometry.gauge_m * factor}).track_mask()
+
+
+def with_a_rail_one_over(spec: BackgroundSpec, image: np.ndarray) -> np.ndarray:
+    """The image with its right rail (and the ground around it) copied a gap further right on
+    every row below the horizon: three evenly spaced rails."""
+    copied = image.copy()
+    rows = np.arange(int(spec.geometry.horizon_v()) + 20, HEIGHT, dtype=np.float64)
+    left, right = rail_columns(spec, rows)
+    for row, x_left, x_right in zip(rows.astype(int), left, right, strict=True):
+        gap = x_right - x_left
+        source = np.arange(int(x_right - 0.15 * gap), int(x_right + 0.15 * gap) + 1)
+        target = source + int(round(gap))
+        keep = (source >= 0) & (target < WIDTH)
+        copied[row, target[keep]] = image[row, source[keep]]
+    return copied
+
+
+def proposed(image: np.ndarray, area: np.ndarray) -> tuple:
+    """The frame as the finder reads it, the area's proposal and the horizon limits: the first
+    arguments of ``detect._proposed_track``."""
+    frame, _, limits = detect._prepared(image, None, 0.6, 0.0, None)
+    proposal = detect._learned_proposal(area, limits)
+    assert proposal is not None
+    return frame, proposal, limits
+
+
+def test_a_proposal_whose_edges_lie_beyond_the_rails_is_searched_as_hough_chords_are() -> None:
+    """The learned area can spread past the rails (a wide bed, a platform's edge): its proposal
+    then puts the rails beyond the narrow window it is first trusted with. Searched in the wide
+    window, the rails are found, and the area (here the true one) seconds them."""
+    spec, image, truth = scene(0, 0.8)
+    frame, proposal, limits = proposed(image, widened_area(spec, 1.6))
+    with pytest.raises(detect._NoTrack):
+        detect._followed_pair(frame, *proposal, limits, WIDTH, HEIGHT, detect._ANYWHERE, from_prior=True, area=truth)
+    found = detect._proposed_track(frame, proposal, limits, WIDTH, HEIGHT, truth)
+    assert iou_with_truth(truth, found) > 0.95
+
+
+def test_a_rail_a_gap_beyond_a_proposed_pair_leaves_it_refused() -> None:
+    """Three evenly spaced rails: the pair found from a loose proposal has a line a gap beyond its
+    right rail that pairs with that rail as well, so the lines cannot tell which two are the track."""
+    spec, image, truth = scene(0, 0.8)
+    three = with_a_rail_one_over(spec, image)
+    with pytest.raises(detect._NoTrack, match=detect.PAIR_ONE_RAIL_OVER):
+        detect._proposed_track(*proposed(three, widened_area(spec, 1.6)), WIDTH, HEIGHT, truth)
+    found = detect._proposed_track(*proposed(image, widened_area(spec, 1.6)), WIDTH, HEIGHT, truth)
+    model = detect._pair_model(found)
+    assert not detect._rail_one_over(proposed(image, truth)[0], model, found.top_row, HEIGHT - 1)
+    assert detect._rail_one_over(proposed(three, truth)[0], model, found.top_row, HEIGHT - 1)
