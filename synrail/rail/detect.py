@@ -307,14 +307,23 @@ def _on_robust_line(rows: np.ndarray, x: np.ndarray, tolerance_px: float = 2.0) 
     straight line refit twice on its own inliers; NaN samples never do."""
     found = np.isfinite(x)
     keep = found.copy()
-    fit = np.zeros(2)
+    line = np.zeros_like(rows)
     for _ in range(3):
         if keep.sum() < 3:
             return np.zeros_like(found)
-        fit = np.polyfit(rows[keep], x[keep], 1)
-        residual = np.abs(np.where(found, x, np.inf) - np.polyval(fit, rows))
+        line = _straight_line(rows[keep], x[keep], rows)
+        residual = np.abs(np.where(found, x, np.inf) - line)
         keep = found & (residual <= max(tolerance_px, 3 * 1.4826 * _median(residual[keep])))
-    return found & (np.abs(np.where(found, x, np.inf) - np.polyval(fit, rows)) <= tolerance_px)
+    return found & (np.abs(np.where(found, x, np.inf) - line) <= tolerance_px)
+
+
+def _straight_line(rows: np.ndarray, x: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The least-squares line through (``rows``, ``x``), evaluated on ``at``: ``np.polyfit`` of
+    degree 1 in closed form, in under half its time at the finder's sizes."""
+    row_mean, x_mean = rows.mean(), x.mean()
+    centred = rows - row_mean
+    slope = float(centred @ (x - x_mean)) / float(centred @ centred)
+    return x_mean + slope * (at - row_mean)
 
 
 def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_rows_fraction: float = 0.6,
@@ -828,15 +837,15 @@ def _parallel_lines(frame: _Frame, model: _PairModel, top_row: int, bottom_row: 
                             np.repeat(np.arange(rows.size, dtype=np.float32)[:, None], columns.shape[1], axis=1),
                             cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
         between = samples[:, np.abs(bins) <= 1.05]  # the background level: of the pair's own bed
-        level = np.median(between, axis=1, keepdims=True)
-        spread = np.median(np.abs(between - level), axis=1, keepdims=True)
+        level = _row_medians(between)[:, None]
+        spread = _row_medians(np.abs(between - level))[:, None]
         crest = samples >= cv2.dilate(samples, np.ones((1, 5), np.uint8))
         peak = crest & (samples - level >= np.maximum(3.0, 4 * spread))
         # A peak within a bin either side counts for the line (the fit is not exact).
         support = cv2.dilate(peak.astype(np.uint8), np.ones((1, 3), np.uint8)).mean(axis=0)
         # ... and it must stand out about as much as the pair's own rails do in this polarity
         # (motion blur streaks the bed along the same lines, but faintly).
-        strength = np.median(samples - level, axis=0)
+        strength = _row_medians((samples - level).T)
         rails = min(float(strength[np.abs(bins + side) <= 0.05].max()) for side in (-1, 1))
         yield (support >= _INSIDE_SUPPORT) & (strength >= _INSIDE_STRENGTH * rails)
 
@@ -1477,8 +1486,8 @@ def _line_crests(searched: np.ndarray, offset: np.ndarray, threshold: np.ndarray
     drifts = np.arange(-reach, reach + 1, dtype=np.float64)   # offset change from top to bottom
     at_middle = offset[row_of, col_of][None, :] - drifts[:, None] * position[row_of][None, :]
     bins = np.clip(np.round(at_middle).astype(np.int64) + reach, 0, 2 * reach)
-    votes = np.zeros((drifts.size, 2 * reach + 1))
-    np.add.at(votes, (np.repeat(np.arange(drifts.size), row_of.size), bins.ravel()), 1.0)
+    cells = np.repeat(np.arange(drifts.size), row_of.size) * (2 * reach + 1) + bins.ravel()
+    votes = np.bincount(cells, minlength=drifts.size * (2 * reach + 1)).astype(np.float64).reshape(drifts.size, -1)
     spread = max(1, int(round(tolerance)))
     votes = cv2.boxFilter(votes, -1, (2 * spread + 1, 1), normalize=False, borderType=cv2.BORDER_CONSTANT)
     drift_index, middle_bin = np.unravel_index(int(np.argmax(votes)), votes.shape)

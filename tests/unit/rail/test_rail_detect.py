@@ -585,3 +585,16 @@ def test_the_finder_s_fast_percentile_and_median_are_numpy_s():
     for size in (1, 2, 7, 60):
         values = rng.normal(0, 3, size)
         assert detect._median(values) == np.median(values)
+    for rows, columns in ((40, 169), (7, 4), (1, 577)):
+        samples = np.round(rng.random((rows, columns)) * 20).astype(np.float32)  # ties, as top-hats have
+        assert np.array_equal(detect._row_medians(samples), np.median(samples, axis=1))
+
+
+def test_the_finder_s_straight_line_is_numpy_s_polyfit():
+    rng = np.random.default_rng(5)
+    for size in (3, 12, 80):
+        rows = np.sort(rng.uniform(300, 720, size))
+        x = rng.uniform(0, 1280) + rng.uniform(-2, 2) * rows + rng.normal(0, 2, size)
+        at = np.arange(300.0, 720.0)
+        np.testing.assert_allclose(detect._straight_line(rows, x, at), np.polyval(np.polyfit(rows, x, 1), at),
+                                   rtol=0, atol=1e-9)
