@@ -1436,7 +1436,8 @@ def _ridge_peaks(ridge: np.ndarray, predicted: np.ndarray, half_window: np.ndarr
     cols = np.round(predicted).astype(np.int64)[:, None] + np.arange(-reach, reach + 1)[None, :]
     distance = np.abs(cols - predicted[:, None])
     in_image = (cols >= 0) & (cols < width)
-    values = ridge[row_of[:, None], np.clip(cols, 0, width - 1)].astype(np.float32)
+    # A flat take: twice as fast as indexing rows and columns (columns off the image are masked below).
+    values = np.take(ridge, (row_of * width)[:, None] + np.clip(cols, 0, width - 1)).astype(np.float32)
     around = np.where(in_image & (distance <= context[:, None]), values, np.nan)
     level = _row_medians(around)
     spread = _row_medians(np.abs(around - level[:, None]))
@@ -1502,10 +1503,14 @@ def _wide_stripe_middles(searched: np.ndarray, best: np.ndarray, half: np.ndarra
     """Where the stripe around each row's peak is wide (over 4 px above ``half``), its middle
     column instead of the peak's: a wide head's brightest line is often one edge (a sunlit or
     specular side), which would put the fit off the head's centre; thin stripes keep ``column``."""
-    at = np.arange(searched.shape[1])[None, :]
+    width = searched.shape[1]
+    at = np.arange(width)[None, :]
     below = searched < half[:, None]
-    first = np.where(below & (at < best[:, None]), at, -1).max(axis=1) + 1
-    last = np.where(below & (at > best[:, None]), at, searched.shape[1]).min(axis=1) - 1
+    before, after = below & (at < best[:, None]), below & (at > best[:, None])
+    # The stripe runs from after the last column below half before the peak to before the first one
+    # after it (the window's edges where there is none).
+    first = np.where(before.any(axis=1), width - np.argmax(before[:, ::-1], axis=1), 0)
+    last = np.where(after.any(axis=1), np.argmax(after, axis=1), width) - 1
     return np.where(last - first >= 4, first_col + 0.5 * (first + last), column)
 
 
