@@ -583,7 +583,9 @@ def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
     A finding beyond a centred pair reaching the bottom needs a second opinion: the learned
     ``area`` (boolean, the visible rows) must agree with it (``_agrees_with_area``), unless the caller
     ``vetted`` it already (a sequence's previous frame led to it) or it lies at the offset the
-    sequence's camera is known to have.
+    sequence's camera is known to have. Under a mount that does not settle the pair, a rail-like
+    line a gap beyond one of its rails (``_rail_one_over``) refuses it: the area cannot tell it
+    from the pair one rail over.
     """
     model, samples, top_row, bottom_row, near_only = _track_rails(frame, model, seen_rows, horizon_limits,
                                                                   from_prior, best_line)
@@ -602,6 +604,10 @@ def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
         return detection
     if (near_only or not mount.settles) and not _agrees_with_area(detection, area):
         raise _NoTrack(RAILS_NOT_AT_BOTTOM if near_only else PAIR_OFF_CENTRE)
+    if not mount.settles and _rail_one_over(frame, model, top_row, bottom_row):
+        # Three evenly spaced rails: the area that seconds this pair cannot tell it from the one a
+        # rail over. (A settled mount's pair stands: street tram tracks may lie a gap apart.)
+        raise _NoTrack(PAIR_ONE_RAIL_OVER)
     return detection
 
 
@@ -685,20 +691,13 @@ def _proposed_track(frame: _Frame, proposal: tuple[_PairModel, tuple[int, int]],
     the reason when there is none.
 
     The proposal is followed trusted from its first band (narrow windows). Where the area's edges
-    put the rails farther off than those windows reach, its first band is searched as Hough chords
-    are (the wide window, untrusted); a pair found so is refused when a line runs a gap beyond one
-    of its rails (``_rail_one_over``): the area that proposed it cannot also tell it from the pair
-    one rail over.
+    put the rails farther off than those windows reach (an area spread past the rails), its first
+    band is searched as Hough chords are (the wide window, untrusted).
     """
     try:
         return _followed_pair(frame, *proposal, horizon_limits, width, height, _ANYWHERE, from_prior=True, area=area)
     except _NoTrack:
-        pass
-    found = _followed_pair(frame, *proposal, horizon_limits, width, height, _ANYWHERE, area=area)
-    bottom_row = frame.grey.shape[0] - 1 if found.bottom_row is None else found.bottom_row
-    if _rail_one_over(frame, _pair_model(found), found.top_row, bottom_row):
-        raise _NoTrack(PAIR_ONE_RAIL_OVER)
-    return found
+        return _followed_pair(frame, *proposal, horizon_limits, width, height, _ANYWHERE, area=area)
 
 
 def _follow_prior(frame: _Frame, prior: TrackDetection, horizon_limits: tuple[float, float], width: int,

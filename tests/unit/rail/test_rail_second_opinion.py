@@ -327,3 +327,18 @@ def test_a_rail_a_gap_beyond_a_proposed_pair_leaves_it_refused() -> None:
     model = detect._pair_model(found)
     assert not detect._rail_one_over(proposed(image, truth)[0], model, found.top_row, HEIGHT - 1)
     assert detect._rail_one_over(proposed(three, truth)[0], model, found.top_row, HEIGHT - 1)
+
+
+@pytest.mark.parametrize("offset_m", [0.8, 1.2])
+def test_an_off_centre_pair_with_a_rail_a_gap_beside_it_is_refused_though_the_area_agrees(offset_m: float) -> None:
+    spec, image, truth = scene(0, offset_m)
+    area = truth.astype(np.float32)
+    assert detect_track(image, track_area=area).detection is not None
+    assert detect_track(with_a_rail_one_over(spec, image), track_area=area).detection is None
+
+
+def test_a_centred_pair_stands_beside_a_rail_a_gap_away() -> None:
+    """Street tram tracks may lie a gap apart: the lines settle a centred pair on their own."""
+    spec, image, truth = scene(0, 0.0)
+    result = detect_track(with_a_rail_one_over(spec, image), track_area=truth.astype(np.float32))
+    assert result.detection is not None and iou_with_truth(truth, result.detection) > 0.95
