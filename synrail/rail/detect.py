@@ -23,8 +23,9 @@ Method:
    lines settle alone. A camera mounted anywhere else across the cab (its offset read from the
    pair itself), and rails that stop short of the bottom in the open (motion blur, a wiper, a
    window's corner), need the learned ego-track area (``synrail.rail.learned``, passed as
-   ``track_area``) to agree; where no lines lead to a track, the area proposes the pair that the
-   same refinement follows.
+   ``track_area``) to agree, and no rail may run a gap beside them (three evenly spaced rails make
+   two pairs the area cannot tell apart); where no lines lead to a track, the area proposes the
+   pair that the same refinement follows.
 
 Rail model: a level pinhole camera sees a ground curve ``X(Z) = o + k Z^2 / 2`` as
 ``u = A + B t + C / t`` with ``t = v - v_horizon`` exactly, and the two rails of one track (same Z
