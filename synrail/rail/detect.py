@@ -584,8 +584,8 @@ def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
     A finding beyond a centred pair reaching the bottom needs a second opinion: the learned
     ``area`` (boolean, the visible rows) must agree with it (``_agrees_with_area``), unless the caller
     ``vetted`` it already (a sequence's previous frame led to it) or it lies at the offset the
-    sequence's camera is known to have. Under a mount that does not settle the pair, a rail-like
-    line a gap beyond one of its rails (``_rail_one_over``) refuses it: the area cannot tell it
+    sequence's camera is known to have. A finding that needs the area's word is refused where a
+    rail-like line runs a gap beyond one of its rails (``_rail_one_over``): the area cannot tell it
     from the pair one rail over.
     """
     model, samples, top_row, bottom_row, near_only = _track_rails(frame, model, seen_rows, horizon_limits,
@@ -603,12 +603,13 @@ def _followed_pair(frame: _Frame, model: _PairModel, seen_rows: tuple[int, int],
     detection = _detection(model, top_row, bottom_row, width, height, confidence)
     if vetted:
         return detection
-    if (near_only or not mount.settles) and not _agrees_with_area(detection, area):
-        raise _NoTrack(RAILS_NOT_AT_BOTTOM if near_only else PAIR_OFF_CENTRE)
-    if not mount.settles and _rail_one_over(frame, model, top_row, bottom_row):
-        # Three evenly spaced rails: the area that seconds this pair cannot tell it from the one a
-        # rail over. (A settled mount's pair stands: street tram tracks may lie a gap apart.)
-        raise _NoTrack(PAIR_ONE_RAIL_OVER)
+    if near_only or not mount.settles:
+        if not _agrees_with_area(detection, area):
+            raise _NoTrack(RAILS_NOT_AT_BOTTOM if near_only else PAIR_OFF_CENTRE)
+        if _rail_one_over(frame, model, top_row, bottom_row):
+            # Three evenly spaced rails: the area that seconds this pair cannot tell it from the one
+            # a rail over. (A settled pair reaching the bottom stands: tram tracks may lie a gap apart.)
+            raise _NoTrack(PAIR_ONE_RAIL_OVER)
     return detection
 
 

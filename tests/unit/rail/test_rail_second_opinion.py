@@ -342,3 +342,17 @@ def test_a_centred_pair_stands_beside_a_rail_a_gap_away() -> None:
     spec, image, truth = scene(0, 0.0)
     result = detect_track(with_a_rail_one_over(spec, image), track_area=truth.astype(np.float32))
     assert result.detection is not None and iou_with_truth(truth, result.detection) > 0.95
+
+
+def test_rails_that_stop_short_with_a_rail_a_gap_beside_them_are_refused_though_the_area_agrees() -> None:
+    """Rails followed short of the bottom need the area's word too, and it cannot tell them from
+    the pair one rail over."""
+    spec, image, truth = scene(3, 0.0)
+    first = int(0.85 * HEIGHT)
+    results = []
+    for frame in (image, with_a_rail_one_over(spec, image)):
+        smeared = frame.copy()
+        smeared[first:] = cv2.blur(frame, (61, 1))[first:]
+        results.append(detect_track(smeared, track_area=truth.astype(np.float32)))
+    assert results[0].detection is not None and results[0].detection.bottom_row is not None
+    assert results[1].detection is None and results[1].reason == detect.PAIR_ONE_RAIL_OVER
