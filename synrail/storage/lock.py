@@ -142,6 +142,12 @@ def _acquire(store: Store, holder: LockHolder, ttl_s: float) -> None:
     if store.create_exclusive(LOCK_FILE, data):
         return
     found = current_holder(store)
+    if found is None:
+        # Gone (its holder released it between our two looks) or unreadable: try once more before
+        # calling it broken, or a build that took it in between would lose it to us.
+        if store.create_exclusive(LOCK_FILE, data):
+            return
+        found = current_holder(store)
     if found is not None and found.token == holder.token:  # our create succeeded, its reply was lost
         return
     if found is not None and not is_stale(found, ttl_s):

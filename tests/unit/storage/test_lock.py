@@ -133,6 +133,31 @@ def test_an_unreadable_lock_is_taken_over(tmp_path):
         assert current_holder(store).owner == "rerun"
 
 
+def test_a_lock_released_and_taken_between_two_looks_is_left_to_its_new_holder(tmp_path, monkeypatch):
+    """A waiting build's create fails while another holds the lock; before it reads who holds it, the
+    holder releases and a third build takes it. Reading nothing, the waiting build must not take the
+    file for broken and remove the third build's lock."""
+    from synrail.storage import lock
+
+    store = Store(str(tmp_path / "out"))
+    write_lock(store, owner="releasing build")
+    real_holder, looks = lock.current_holder, []
+
+    def released_and_taken(store_: Store) -> LockHolder | None:
+        looks.append(1)
+        if len(looks) == 1:
+            store_.remove(LOCK_FILE)
+            write_lock(store_, token="n" * 32, owner="third build")
+            return None  # the read fell between the release and the take
+        return real_holder(store_)
+
+    monkeypatch.setattr(lock, "current_holder", released_and_taken)
+    with pytest.raises(OutputLocked, match="third build"):
+        with build_lock(store, owner="waiting build"):
+            pass
+    assert real_holder(store).owner == "third build"
+
+
 def test_the_heartbeat_keeps_the_lock_fresh(tmp_path):
     store = Store(str(tmp_path / "out"))
     with build_lock(store, heartbeat_s=0.05) as holder:
