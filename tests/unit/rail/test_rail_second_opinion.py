@@ -81,17 +81,22 @@ def test_rails_hidden_by_motion_blur_near_the_bottom_need_the_learned_area(seed:
     assert iou_with_truth(truth, result.detection) > 0.85
 
 
+def rail_columns(spec: BackgroundSpec, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ego rails' head-centre columns on ``rows`` (a straight track)."""
+    geometry = spec.geometry
+    z = geometry.ground_point(np.full_like(rows, WIDTH / 2), rows)[1]
+    half = geometry.gauge_m / 2 + geometry.rail_head_m / 2
+    return tuple(geometry.project(np.full_like(z, geometry.track_offset_m + side * half), np.zeros_like(z), z)[0]
+                 for side in (-1, 1))
+
+
 def test_the_learned_area_proposes_the_rails_it_runs_between() -> None:
     spec, _, truth = scene(0, 0.8)
     proposal = detect._learned_proposal(truth, detect._horizon_limits(WIDTH, HEIGHT, None))
     assert proposal is not None
     model, (low, high) = proposal
     rows = np.linspace(low, high, 10)
-    geometry = spec.geometry
-    z = geometry.ground_point(np.full_like(rows, WIDTH / 2), rows)[1]
-    half = geometry.gauge_m / 2 + geometry.rail_head_m / 2  # rail-head centres
-    left_u = geometry.project(np.full_like(z, geometry.track_offset_m - half), np.zeros_like(z), z)[0]
-    right_u = geometry.project(np.full_like(z, geometry.track_offset_m + half), np.zeros_like(z), z)[0]
+    left_u, right_u = rail_columns(spec, rows)
     left, right = model.predict(rows)
     assert np.abs(left - left_u).max() < 3 and np.abs(right - right_u).max() < 3
 
@@ -262,15 +267,6 @@ def test_a_disputed_centred_pair_stays_where_the_later_one_cannot_overrule_it(
     taken, followed = settled_choice(monkeypatch, [first, other], other.mask)
     assert taken is first
     assert followed == (1 if later.startswith("neighbour") else 2)  # chords on the same horizon: not followed
-
-
-def rail_columns(spec: BackgroundSpec, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The ego rails' head-centre columns on ``rows`` (a straight track)."""
-    geometry = spec.geometry
-    z = geometry.ground_point(np.full_like(rows, WIDTH / 2), rows)[1]
-    half = geometry.gauge_m / 2 + geometry.rail_head_m / 2
-    return tuple(geometry.project(np.full_like(z, geometry.track_offset_m + side * half), np.zeros_like(z), z)[0]
-                 for side in (-1, 1))
 
 
 def widened_area(spec: BackgroundSpec, factor: float) -> np.ndarray:
