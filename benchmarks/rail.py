@@ -166,8 +166,10 @@ def main() -> None:
     parser.add_argument("--split", choices=("even", "odd"),
                         help="with --real: only frames whose name ends in an even / odd number")
     parser.add_argument("--overlays", type=Path, help="with --real: write label vs detection pictures here")
-    parser.add_argument("--learned", choices=("on", "off", "both"), default="both",
-                        help="the learned ego-track area as the finder's second opinion (default: a table each)")
+    parser.add_argument("--learned", choices=("on", "off", "both", "labels"), default="both",
+                        help="the learned ego-track area as the finder's second opinion (default: a table each); "
+                             "labels: with --real, each frame's labelled ego area in its place, what a perfect "
+                             "track-area model would give")
     parser.add_argument("--model", type=Path, help="an ONNX track-area model instead of the shipped one")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--ceiling", type=int, metavar="N",
@@ -177,12 +179,15 @@ def main() -> None:
                         help=f"with --real: also under these degradations, comma-separated "
                              f"({', '.join(CONDITIONS_REAL)}; 'all': every one)")
     args = parser.parse_args()
+    if args.learned == "labels" and args.real is None:
+        parser.error("--learned labels needs --real: the area comes from the frames' labels")
     cv2.setNumThreads(1)
     figures = new_results("benchmarks/rail.py")
     for name, model in learned_models(args.learned, args.model):
         print(f"== {name}")
         if args.real is not None:
-            overlays = None if args.overlays is None else args.overlays / ("on" if model else "off")
+            overlays = None if args.overlays is None else args.overlays / (
+                "labels" if model is LABELLED_AREA else "on" if model else "off")
             figures["runs"][name], outcomes = run_real_benchmark(args.real, width=args.width, split=args.split,
                                                                  overlays=overlays, model=model, ceiling=args.ceiling)
             if args.conditions:
@@ -310,6 +315,38 @@ def label_rows(label: dict[str, list[list[float]]], n: int = REAL_ROWS
     return rows, column(left), column(right)
 
 
+def label_area(label: dict, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The labelled ego area (the polygon between the two rail polylines) and the rows both
+    polylines cover, as boolean ``height`` x ``width`` masks."""
+    left = np.asarray(label["left"], np.float64)
+    right = np.asarray(label["right"], np.float64)
+    top = max(left[:, 1].min(), right[:, 1].min())
+    bottom = min(left[:, 1].max(), right[:, 1].max())
+    rows = np.zeros((height, width), bool)
+    area = np.zeros((height, width), bool)
+    first, last = max(0, int(math.ceil(top))), min(height - 1, int(math.floor(bottom)))
+    if last < first:
+        return area, rows
+    v = np.arange(first, last + 1, dtype=np.float64)
+    order_l, order_r = np.argsort(left[:, 1]), np.argsort(right[:, 1])
+    xl = np.interp(v, left[order_l, 1], left[order_l, 0])
+    xr = np.interp(v, right[order_r, 1], right[order_r, 0])
+    lo, hi = np.minimum(xl, xr), np.maximum(xl, xr)
+    cols = np.arange(width, dtype=np.float64)[None, :]
+    area[first:last + 1] = (cols >= lo[:, None]) & (cols <= hi[:, None])
+    rows[first:last + 1] = True
+    return area, rows
+
+
+def labelled_area(label, scale: float, shape: tuple[int, int]) -> np.ndarray:
+    """A frame's labelled ego area at ``scale`` as a float32 probability map of ``shape`` (1 inside;
+    all 0 on a null frame): ``LABELLED_AREA``'s stand-in for the learned one."""
+    if label is None:
+        return np.zeros(shape, dtype=np.float32)
+    scaled = {side: [[x * scale, y * scale] for x, y in label[side]] for side in ("left", "right")}
+    return label_area(scaled, *shape)[0].astype(np.float32)
+
+
 def on_ego_track(detection, scale: float, label) -> bool:
     """Whether a detection at ``scale`` lies on the labelled ego track where it reaches."""
     outcome = RealOutcome("", "", labelled=True, detected=True)
@@ -333,7 +370,7 @@ def score_detection(outcome: RealOutcome, detection, scale: float, label) -> Non
 
 
 def evaluate_real(path: Path, label, width: int, overlays: Path | None,
-                  model: TrackAreaModel | None = None, condition: A.BasicTransform | None = None,
+                  model: AreaSource = None, condition: A.BasicTransform | None = None,
                   ceiling: int | None = None) -> RealOutcome:
     image = cv2.imread(str(path), cv2.IMREAD_COLOR)
     scale = width / image.shape[1]
@@ -344,7 +381,8 @@ def evaluate_real(path: Path, label, width: int, overlays: Path | None,
         resized = condition(image=resized)["image"]
     start = time.process_time()
     measure_frame(resized)  # a build's frame filters measure every frame before the finder sees it
-    area = None if model is None else model.probability(resized)
+    area = (None if model is None else labelled_area(label, scale, resized.shape[:2]) if model is LABELLED_AREA
+            else model.probability(resized))
     result = detect_track(resized, track_area=area)
     ms = 1000 * (time.process_time() - start)
     outcome = RealOutcome(path.name, frame_group(path.name), labelled=label is not None,
@@ -404,9 +442,22 @@ def real_summary_row(name: str, outcomes: list[RealOutcome]) -> str:
             f"{f['false']:>7}{f['neighbour']:>7}{f['cpu_ms']:>7.0f}")
 
 
-def learned_models(choice: str, path: Path | None) -> list[tuple[str, TrackAreaModel | None]]:
-    """The runs ``--learned`` asks for: (name, model or None)."""
-    runs: list[tuple[str, TrackAreaModel | None]] = []
+class LabelledArea:
+    """Stands in for the learned model in a run on real frames (``--learned labels``): each frame's
+    labelled ego area is given to the finder as the learned area (nothing on a null frame). It
+    shows how many frames a perfect track-area model would put on the track with the finder's
+    rules as they are: the share of the gap that lies with the model, not with the lines."""
+
+
+LABELLED_AREA = LabelledArea()
+AreaSource = TrackAreaModel | LabelledArea | None
+
+
+def learned_models(choice: str, path: Path | None) -> list[tuple[str, AreaSource]]:
+    """The runs ``--learned`` asks for: (name, model, ``LABELLED_AREA`` or None)."""
+    if choice == "labels":
+        return [("labelled area as the learned area (a perfect model)", LABELLED_AREA)]
+    runs: list[tuple[str, AreaSource]] = []
     if choice in ("off", "both"):
         runs.append(("learned model off", None))
     if choice in ("on", "both"):
@@ -438,7 +489,7 @@ def by_family(outcomes: list[RealOutcome]) -> dict[str, list[RealOutcome]]:
 
 
 def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays: Path | None,
-                       model: TrackAreaModel | None = None, ceiling: int | None = None
+                       model: AreaSource = None, ceiling: int | None = None
                        ) -> tuple[dict, list[RealOutcome]]:
     """Runs ``detect_track`` on each labelled frame in ``folder``, prints the table (and, with a
     ``ceiling``, the one of ``print_ceiling``) and returns its figures (per group) and the frames'
@@ -497,7 +548,7 @@ def print_ceiling(outcomes_by_name: dict[str, list[RealOutcome]], ceiling: int) 
 
 
 def run_real_conditions(folder: Path, conditions: list[str], undegraded: list[RealOutcome], *, width: int,
-                        split: str | None, model: TrackAreaModel | None = None) -> dict:
+                        split: str | None, model: AreaSource = None) -> dict:
     """The labelled frames again under each degradation of ``conditions``: prints, per condition and
     family, how many frames with a track stay on it (and false and neighbour detections); returns
     those figures (``real_summary`` per "condition family"; "none": the ``undegraded`` outcomes)."""

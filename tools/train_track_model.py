@@ -51,7 +51,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.rail import in_split  # noqa: E402
+from benchmarks.rail import in_split, label_area  # noqa: E402
 from synrail.sources.procedural_backgrounds import (  # noqa: E402
     CONDITIONS,
     TRACK_TYPES,
@@ -593,28 +593,6 @@ def predict(model: nn.Module, images_rgb: np.ndarray, device: str, batch: int = 
             x = torch.from_numpy(images_rgb[first:first + batch]).permute(0, 3, 1, 2).float().div(255).to(device)
             out.append(torch.sigmoid(model(x))[:, 0].cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0,), np.float32)
-
-
-def label_area(label: dict, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """The polygon between the two rail polylines, and the rows both polylines cover (boolean masks)."""
-    left = np.asarray(label["left"], np.float64)
-    right = np.asarray(label["right"], np.float64)
-    top = max(left[:, 1].min(), right[:, 1].min())
-    bottom = min(left[:, 1].max(), right[:, 1].max())
-    rows = np.zeros((height, width), bool)
-    area = np.zeros((height, width), bool)
-    first, last = max(0, int(math.ceil(top))), min(height - 1, int(math.floor(bottom)))
-    if last < first:
-        return area, rows
-    v = np.arange(first, last + 1, dtype=np.float64)
-    order_l, order_r = np.argsort(left[:, 1]), np.argsort(right[:, 1])
-    xl = np.interp(v, left[order_l, 1], left[order_l, 0])
-    xr = np.interp(v, right[order_r, 1], right[order_r, 0])
-    lo, hi = np.minimum(xl, xr), np.maximum(xl, xr)
-    cols = np.arange(width, dtype=np.float64)[None, :]
-    area[first:last + 1] = (cols >= lo[:, None]) & (cols <= hi[:, None])
-    rows[first:last + 1] = True
-    return area, rows
 
 
 def labelled_frames(folders: list[Path], width: int, height: int, keep: Callable[[str], bool] = lambda name: True

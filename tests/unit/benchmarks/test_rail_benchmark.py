@@ -94,6 +94,45 @@ def test_a_candidate_off_the_labelled_track_does_not_reach_it(tmp_path, monkeypa
     assert figures["frames"]["proc_f000001.png"]["reachable"] is True
 
 
+def test_the_labels_run_gives_the_finder_each_frames_labelled_area_as_the_learned_one(tmp_path, monkeypatch):
+    write_labelled_frames(tmp_path)
+    labels = json.loads((tmp_path / "labels.json").read_text())
+    given = {}
+    real_detect = rail.detect_track
+
+    def detect(image, track_area=None, **kwargs):
+        given[image.tobytes()] = track_area
+        return real_detect(image, track_area=track_area, **kwargs)
+
+    monkeypatch.setattr(rail, "detect_track", detect)
+    out = tmp_path / "figures.json"
+    monkeypatch.setattr(sys, "argv", ["rail.py", "--real", str(tmp_path), "--width", "320", "--learned", "labels",
+                                      "--json", str(out)])
+    rail.main()
+    figures = json.loads(out.read_text())["runs"]
+    assert list(figures) == ["labelled area as the learned area (a perfect model)"]
+    assert figures["labelled area as the learned area (a perfect model)"]["all"]["correct"] == 2
+    blank = cv2.resize(cv2.imread(str(tmp_path / "null_blank.png")), (320, 180))
+    assert not given.pop(blank.tobytes()).any()  # a null frame: no area at all
+    assert len(given) == 2
+    for name in ("proc_f000000.png", "proc_f000001.png"):
+        frame = cv2.resize(cv2.imread(str(tmp_path / name)), (320, 180), interpolation=cv2.INTER_AREA)
+        area = given[frame.tobytes()]
+        (left_x, y), (right_x, _) = labels[name]["left"][-1], labels[name]["right"][-1]
+        row = int(y / 2) - 1  # the label at half the frame's size, a row above its last
+        assert area.dtype == np.float32 and area.shape == (180, 320)
+        assert area[row, int((left_x + right_x) / 4)] == 1.0  # between the labelled rails
+        assert area[row, int(left_x / 2) - 4] == 0.0 and area[row, int(right_x / 2) + 4] == 0.0  # beside them
+        assert not area[: int(labels[name]["left"][0][1] / 2) - 1].any()  # nothing above the label
+
+
+def test_the_labels_run_needs_real_frames(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["rail.py", "--learned", "labels"])
+    with pytest.raises(SystemExit) as stopped:
+        rail.main()
+    assert stopped.value.code == 2 and "--learned labels needs --real" in capsys.readouterr().err
+
+
 def test_a_degraded_frame_is_the_same_on_every_run_and_differs_from_the_original(tmp_path, monkeypatch):
     spec = sample_background_spec(np.random.default_rng(0), width=320, height=180, track_types=["ballasted"],
                                   conditions={"normal": 1.0}, camera_height_m=(2.2, 2.9), pitch_deg=(1.5, 4.5),
