@@ -3,7 +3,7 @@ ego-track finding on labelled real frames.
 
     python benchmarks/rail.py [--scenes 48] [--width 1280 --height 720] [--seed 0]
     python benchmarks/rail.py --real DIR [--width 1280] [--split even|odd] [--overlays OUT] [--ceiling 4]
-    ... [--learned on|off|both] [--model ONNX] [--json OUT.json] [--conditions dark,rain,...]
+    ... [--learned on|off|both|labels] [--model ONNX] [--json OUT.json] [--conditions dark,rain,...]
 
 Renders scenes cycling through track type x condition x straight/curved (camera height, pitch,
 fov, offset drawn like the default config), runs ``detect_track`` + ``estimate_geometry`` with the
@@ -32,7 +32,9 @@ most the finder's choice could reach with these proposals. Frames with a track t
 misses below that ceiling are lost to the choice, the rest to the proposals.
 
 ``--learned`` runs the finder with the learned ego-track area (``synrail.rail.learned``; the
-shipped model, or ``--model``), without it, or both (the default; a table each). The per-frame
+shipped model, or ``--model``), without it, or both (the default; a table each); ``--learned labels``
+(with ``--real``) gives the finder each frame's labelled ego area in the learned one's place: what a
+perfect track-area model would give with the finder's rules as they are. The per-frame
 milliseconds on real frames count the frame filters' measures (exposure, blur, hash), the learned
 area and the finder: all a build spends on a frame before its camera. ``--json`` writes the
 figures for the benchmark pages.
