@@ -903,10 +903,10 @@ def _paint_ballasted_bed(albedo: np.ndarray, spec: BackgroundSpec, band: _TrackB
     sleeper_cover = (_periodic_coverage(band.along, band.along_filter, spec.sleeper_spacing_m, phase, SLEEPER_DEPTH_M)
                      * _interval_coverage(lateral, lateral_filter, -SLEEPER_LENGTH_M / 2, SLEEPER_LENGTH_M / 2))
     base = (0.52, 0.54, 0.55) if spec.sleeper_material == "concrete" else (0.12, 0.17, 0.22)
-    sleeper_number = np.floor((band.along - phase) / spec.sleeper_spacing_m).astype(np.int64)
     # Per-sleeper shading is only resolvable while one sleeper spans several pixels.
     resolvable = np.clip(spec.sleeper_spacing_m / band.along_filter / 3 - 1, 0.0, 1.0).astype(np.float32)
-    shade = 1 + (sleeper_shades[sleeper_number % sleeper_shades.size] - 1) * resolvable
+    shade = 1 + (sleeper_shades[_sleeper_shade_index(band.along, phase, spec.sleeper_spacing_m,
+                                                     sleeper_shades.size)] - 1) * resolvable
     sleeper = _tinted(_colour(base), shade * (1 + 0.12 * band.surface))
     _blend(albedo, sleeper, sleeper_cover)
 
@@ -914,6 +914,13 @@ def _paint_ballasted_bed(albedo: np.ndarray, spec: BackgroundSpec, band: _TrackB
     clip_along = _periodic_coverage(band.along, band.along_filter, spec.sleeper_spacing_m,
                                     phase + SLEEPER_DEPTH_M / 2 - 0.06, 0.12)
     _blend(albedo, _colour((0.16, 0.16, 0.17)), clip_lateral * clip_along)
+
+
+def _sleeper_shade_index(along: np.ndarray, phase: float, spacing_m: float, shades: int) -> np.ndarray:
+    """Which of ``shades`` per-sleeper shades each ground point's sleeper takes (sleepers numbered
+    along the track, the numbers wrapping round). Wrapped before the cast to integers: near the
+    horizon of a curved track the distance along it runs to 1e20 m and more, past int64's range."""
+    return np.mod(np.floor((along - phase) / spacing_m), shades).astype(np.int64)
 
 
 def _paint_slab_bed(albedo: np.ndarray, spec: BackgroundSpec, band: _TrackBand, phase: float) -> None:

@@ -102,6 +102,16 @@ def test_sleepers_repeat_along_the_track() -> None:
     assert np.count_nonzero(np.diff(np.sign(profile - profile.mean()))) >= 4
 
 
+def test_sleeper_shades_wrap_round_even_at_distances_past_int64() -> None:
+    # Near the horizon of a curved track the distance along it reaches 1e20 m (a render at 256x144
+    # went there); numbering the sleepers must not overflow the integer cast.
+    along = np.array([0.0, 0.3, 0.61, 59.9, -1.2, 4.06e20, 1e30])
+    with np.errstate(all="raise"):
+        index = pb._sleeper_shade_index(along, phase=0.1, spacing_m=0.6, shades=7)
+    assert index.dtype == np.int64 and ((index >= 0) & (index < 7)).all()
+    assert list(index[:5]) == [6, 0, 0, int(np.floor((59.9 - 0.1) / 0.6)) % 7, int(np.floor((-1.2 - 0.1) / 0.6)) % 7]
+
+
 def test_sky_is_above_the_horizon_and_brighter_than_the_ground() -> None:
     spec = make_spec(seed=6, treeline_distance_m=0.0, tree_count=0)
     image = luminance(render_background(spec))
