@@ -76,7 +76,14 @@ def write_footage(args: argparse.Namespace, folder: Path) -> tuple[Path, Path]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="synrail-clips-real-"))
+    with tempfile.TemporaryDirectory(prefix="synrail-clips-real-") as work:
+        out_url = str(args.out) if args.out else tempfile.mkdtemp(prefix="synrail-clips-real-out-")
+        measure_clips(args, argv, Path(work), Store(out_url))
+
+
+def measure_clips(args: argparse.Namespace, argv: list[str] | None, work: Path, out: Store) -> None:
+    """Track the video, compose its clips into ``out`` and print (and optionally write) the figures;
+    ``work`` holds the footage copy and the cache, which the caller removes."""
     videos, sidecar = write_footage(args, work)
     cfg = load_config(None, {
         "seed": args.seed, "image": {"width": args.width, "height": args.height},
@@ -85,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         "gallery.per_class": 2, "gallery.render_height_px": 128,
         "sequences": {"clips": args.clips, "frames_per_clip": args.frames, "fps": args.fps,
                       "max_source_frames": args.max_source_frames, "first_distance_m": list(args.first_distance)}})
-    cache, out = Store(str(work / "cache")), Store(str(args.out or work / "out"))
+    cache = Store(str(work / "cache"))
     gallery = [r for c in cfg.classes for r in prepare_gallery_class(cfg, c, cache)]
     (video,) = source_videos(cfg)
     settings = video_camera_settings(cfg.backgrounds.footage, video.name,

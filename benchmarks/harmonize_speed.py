@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 import cv2  # noqa: E402
 
-from synrail.config import load_config  # noqa: E402
+from synrail.config import BuildConfig, load_config  # noqa: E402
 from synrail.stages.backgrounds import prepare_background  # noqa: E402
 from synrail.stages.compose import annotation_rows, compose_one, gallery_by_class  # noqa: E402
 from synrail.stages.gallery import prepare_gallery  # noqa: E402
@@ -38,8 +38,13 @@ def composition_cpu_seconds(backends: list[str], images: int, rounds: int) -> di
         "num_images": images, "compose.obstacles_per_image": [1, 3], "compose.shadow": None,
         "weather.mix": {"none": 1.0}, "quality": None,
         "compose.harmonize": None if name == "none" else {"backend": name}}) for name in backends}
+    with tempfile.TemporaryDirectory(prefix="harmonize-speed-") as cache_dir:
+        return _cpu_seconds_per_image(configs, images, rounds, Store(cache_dir))
+
+
+def _cpu_seconds_per_image(configs: dict[str, BuildConfig], images: int, rounds: int, cache: Store) -> dict[str, float]:
+    backends = list(configs)
     first = configs[backends[0]]
-    cache = Store(tempfile.mkdtemp(prefix="harmonize-speed-"))
     backgrounds = [prepare_background(first, i, cache) for i in range(first.backgrounds.count)]
     cutouts = gallery_by_class(cache, prepare_gallery(first, cache))
     splits = image_splits(first)

@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import cv2
@@ -23,9 +22,6 @@ from synrail.stages.local import build_in_process
 from synrail.train.evaluate import EvalReport, MetricRow, evaluate_coco, resolve_test_set, yolo_to_coco
 from synrail.train.events import Clip, event_accuracy, load_clips, majority_vote, sample_frames
 from synrail.train.tables import AblationResult, ModelResult, Table, paper_tables, to_csv, to_markdown
-
-# Ultralytics writes its settings (sync off, see detector.py) here, not into the user's own config
-os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp(prefix="synrail-test-ultralytics-"))
 
 ROOT = Path(__file__).resolve().parents[3]
 CLASSES = ("person", "rock", "unseen_obstacle")
