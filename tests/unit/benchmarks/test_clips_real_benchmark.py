@@ -2,13 +2,17 @@
 speed): it builds the clips, prints their drift and writes the same figures as JSON for the pages."""
 
 import json
+import tempfile
 
 from media import approach_frames, write_mp4
 
 from benchmarks import clips_real
 
 
-def test_the_clips_benchmark_measures_a_video_and_writes_json(tmp_path, capsys):
+def test_the_clips_benchmark_measures_a_video_and_writes_json(tmp_path, capsys, monkeypatch):
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     frames, _ = approach_frames(0, 12, 60.0, 10.0)
     video = write_mp4(tmp_path / "approach.mp4", frames, 10.0)
     out = tmp_path / "figures.json"
@@ -23,3 +27,4 @@ def test_the_clips_benchmark_measures_a_video_and_writes_json(tmp_path, capsys):
     assert video_runs["stage"]["clip frames"] == sum(c["frames"] for c in clips.values()) == 5
     (clip_id,) = clips
     assert clip_id in printed and clips[clip_id]["drift lateral gauge"] < 0.05  # the obstacle stays on its track
+    assert not any(temporary.iterdir())  # the footage copy and cache are removed; the frames are in --out

@@ -5,6 +5,7 @@ import functools
 import inspect
 import json
 import math
+import os
 import subprocess
 import sys
 import warnings
@@ -742,13 +743,17 @@ def test_halves_keep_every_composite_of_a_real_image_together(tmp_path):
     assert all(row[-2].endswith("/4" if row[0] == "tuning" else "/1") for row in rows)  # cases per half
 
 
-def test_the_speed_benchmark_prints_cpu_time_per_backend_against_the_last():
+def test_the_speed_benchmark_prints_cpu_time_per_backend_against_the_last(tmp_path):
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
     result = subprocess.run([sys.executable, str(SPEED_SCRIPT), "--images", "2", "--rounds", "1",
-                             "--backends", "none,local"], capture_output=True, text=True, timeout=600)
+                             "--backends", "none,local"], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TMPDIR": str(temporary)})
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert [line.split(":")[0].strip() for line in lines] == ["none", "local"]
     assert lines[1].endswith("ms CPU per image, 1.000x local") and "x local" in lines[0]
+    assert not any(temporary.iterdir())  # its cache is removed: one left per run filled CI's disk
 
 
 class _Worse:
