@@ -43,6 +43,7 @@ def composition_cpu_seconds(backends: list[str], images: int, rounds: int) -> di
 
 
 def _cpu_seconds_per_image(configs: dict[str, BuildConfig], images: int, rounds: int, cache: Store) -> dict[str, float]:
+    """``composition_cpu_seconds`` with its backgrounds and cutouts prepared in ``cache``."""
     backends = list(configs)
     first = configs[backends[0]]
     backgrounds = [prepare_background(first, i, cache) for i in range(first.backgrounds.count)]
