@@ -277,6 +277,9 @@ class RealOutcome:
     right_covered: float = math.nan  # ... of the labelled rows the detection covers
     error: float = math.nan        # median over covered rows of the worse rail's error / gap
     neighbour: bool = False        # the detection lies on another track (centre off by > half a gap)
+    # median over covered rows of the detection's rail gap / the label's: a rail paired with a switch
+    # blade is narrow (< 1), rails of two tracks wide (> 1); every track on one ground plane has 1
+    gap_ratio: float = math.nan
     reachable: bool | None = None  # one of the finder's candidates lies on the ego track (None: not asked)
 
     @property
@@ -288,6 +291,17 @@ class RealOutcome:
         """Found and on the ego track where it reaches, however far that is (a correct detection
         also reaches over most of the label: a curve's or a switch's far rails can end it short)."""
         return self.labelled and self.detected and self.right_covered >= REAL_ROWS_NEEDED
+
+    @property
+    def verdict(self) -> str:
+        """correct, short (on the track, not far enough), neighbour track, wrong, false detection
+        (on a null frame) or none."""
+        if not self.detected:
+            return "none"
+        if not self.labelled:
+            return "false detection"
+        return ("correct" if self.correct else "neighbour track" if self.neighbour
+                else "short" if self.on_track else "wrong")
 
 
 def frame_group(name: str) -> str:
@@ -369,6 +383,7 @@ def score_detection(outcome: RealOutcome, detection, scale: float, label) -> Non
     outcome.error = float(np.median(error[covered])) if covered.any() else math.inf
     offset = np.abs(0.5 * (det_left + det_right) - 0.5 * (left + right)) / gap
     outcome.neighbour = bool(covered.any() and np.median(offset[covered]) > 0.5)
+    outcome.gap_ratio = float(np.median((det_right - det_left)[covered] / gap[covered])) if covered.any() else math.nan
 
 
 def evaluate_real(path: Path, label, width: int, overlays: Path | None,
@@ -412,9 +427,8 @@ def draw_overlay(image: np.ndarray, detection, label, scale: float, outcome: Rea
         for fit in (detection.left_fit, detection.right_fit):
             points = np.stack([fit.x(rows), rows], axis=1).round().astype(np.int32)
             cv2.polylines(canvas, [points], False, (0, 0, 255), thickness, cv2.LINE_AA)
-    verdict = (f"correct {outcome.right_rows:.0%} err {outcome.error:.2f}" if outcome.correct
-               else f"WRONG {outcome.right_rows:.0%} err {outcome.error:.2f}" if outcome.detected
-               else f"none: {outcome.reason}")
+    verdict = (f"none: {outcome.reason}" if not outcome.detected else outcome.verdict if not outcome.labelled
+               else f"{outcome.verdict} {outcome.right_rows:.0%} err {outcome.error:.2f} gap {outcome.gap_ratio:.2f}x")
     cv2.putText(canvas, verdict, (10, 40), cv2.FONT_HERSHEY_SIMPLEX, 1.0, (0, 255, 255), 2, cv2.LINE_AA)
     out.parent.mkdir(parents=True, exist_ok=True)
     cv2.imwrite(str(out), canvas, [cv2.IMWRITE_JPEG_QUALITY, 85])
@@ -500,10 +514,9 @@ def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays:
     outcomes = [evaluate_real(folder / name, labels[name], width, overlays, model, ceiling=ceiling)
                 for name in names]
     for o in outcomes:
-        verdict = ("correct" if o.correct else "neighbour track" if o.neighbour
-                   else "short" if o.on_track else "wrong" if o.detected and o.labelled
-                   else "false detection" if o.detected else f"none ({o.reason})")
-        rows = f" rows {o.right_rows:4.0%} err {o.error:6.3f}" if o.detected and o.labelled else ""
+        verdict = f"none ({o.reason})" if not o.detected else o.verdict
+        rows = (f" rows {o.right_rows:4.0%} err {o.error:6.3f} gap {o.gap_ratio:4.2f}x" if o.detected and o.labelled
+                else "")
         print(f"{o.name:<22}{verdict}{rows}")
     print(f"\n{len(names)} frames from {folder}{f' ({split} split)' if split else ''}, detected at {width} px "
           f"wide (aspect kept, coordinates scaled back); correct = both rails within {REAL_TOLERANCE} of the "
@@ -524,9 +537,8 @@ def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays:
     figures = {"all": real_summary(outcomes),
                **{family: real_summary(members) for family, members in families.items()},
                **{group: real_summary(members) for group, members in groups.items()},
-               "frames": {o.name: {"verdict": "correct" if o.correct else "short" if o.on_track
-                                   else "wrong" if o.detected else "none",
-                                   "reason": o.reason, "rows": o.right_rows,
+               "frames": {o.name: {"verdict": o.verdict, "reason": o.reason, "rows": o.right_rows,
+                                   **({"gap_ratio": o.gap_ratio} if o.detected and o.labelled else {}),
                                    **({} if o.reachable is None else {"reachable": o.reachable})}
                           for o in outcomes}}
     if ceiling is not None:

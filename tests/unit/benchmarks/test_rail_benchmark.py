@@ -4,12 +4,14 @@ found track as correct, a blank frame's silence as no false detection, and write
 import argparse
 import json
 import sys
+from types import SimpleNamespace
 
 import cv2
 import numpy as np
 import pytest
 
 from benchmarks import rail
+from synrail.rail.detect import RailFit
 from synrail.rail.detect import TrackResult as DetectResult
 from synrail.sources.procedural_backgrounds import render_background, sample_background_spec
 
@@ -63,6 +65,8 @@ def test_the_real_benchmark_scores_labelled_frames_and_writes_json(tmp_path, mon
     assert figures["unseen"]["track"] == 2 and figures["issue-16"]["track"] == 0
     assert figures["proc"]["correct_pct"] == 100.0
     assert figures["frames"]["null_blank.png"]["verdict"] == "none"
+    found = figures["frames"]["proc_f000000.png"]
+    assert found["verdict"] == "correct" and abs(found["gap_ratio"] - 1) < 0.05
     # The frames again under each degradation, the undegraded run first; a null frame stays silent.
     degraded = json.loads(out.read_text())["runs"]["learned model off, degraded frames"]
     assert list(degraded) == [f"{c} {f}" for c in ("none", "soft", "jpeg") for f in ("issue-16", "unseen")]
@@ -175,3 +179,32 @@ def test_held_back_frames_are_their_own_family_not_the_unseen_one():
     families = {family: [o.name for o in members] for family, members in rail.by_family(outcomes).items()}
     assert families == {"issue-16": ["rtd_frame_1.jpg"], "unseen": ["rs19sw_rs00001.jpg", "mine_f000001.jpg"],
                         "held-back": ["rs19seg_rs07650.png"]}
+
+
+# A straight ego track in a 640x360 frame (horizon row 100): rails at 320 -+ (20 + 0.8 t), t = v - 100.
+HORIZON = 100.0
+TRACK_LABEL = {side: [[320 + sign * (20 + 0.8 * (v - HORIZON)), v] for v in (200.0, 280.0, 359.0)]
+               for side, sign in (("left", -1), ("right", 1))}
+
+
+def straight_pair(left: tuple[float, float], right: tuple[float, float]) -> SimpleNamespace:
+    """A detection whose rails run x = a + b t from row 150 down, for ``score_detection``."""
+    return SimpleNamespace(left_fit=RailFit(HORIZON, *left, 0.0), right_fit=RailFit(HORIZON, *right, 0.0),
+                           top_row=150)
+
+
+@pytest.mark.parametrize(("left", "right", "verdict", "gap_ratio"), [
+    ((300.0, -0.8), (340.0, 0.8), "correct", 1.0),
+    ((300.0, -0.8), (320.0, 0.0), "wrong", 0.5),             # a rail paired with a line down the middle
+    ((340.0, 0.8), (380.0, 2.4), "neighbour track", 1.0),    # the pair one gap to the right
+    ((280.0, -1.6), (360.0, 1.6), "wrong", 2.0),             # lines a gap beyond each rail
+])
+def test_a_finding_is_judged_with_its_rail_gap_against_the_label(left, right, verdict, gap_ratio):
+    outcome = rail.RealOutcome("f.png", "f", labelled=True, detected=True)
+    rail.score_detection(outcome, straight_pair(left, right), 1.0, TRACK_LABEL)
+    assert outcome.verdict == verdict and outcome.gap_ratio == pytest.approx(gap_ratio)
+
+
+def test_a_finding_on_a_null_frame_is_a_false_detection_and_no_finding_is_none():
+    assert rail.RealOutcome("n.png", "null", labelled=False, detected=True).verdict == "false detection"
+    assert rail.RealOutcome("f.png", "f", labelled=True, detected=False).verdict == "none"
