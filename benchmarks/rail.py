@@ -19,6 +19,11 @@ true field of view and prints, per group and overall:
 
 With ``--real DIR`` it runs ``detect_track`` on each frame of DIR
 resized to ``--width`` (aspect kept, coordinates scaled back) and compares with DIR/labels.json.
+Each frame's verdict (correct, short, neighbour track, wrong, false detection, none) is printed and
+written to the JSON with, for a finding on a labelled frame, its rail gap against the label's
+(``gap_ratio``, median over the rows it covers): every track on one ground plane has the ego's gap
+on a row, so a wrong finding far from 1 paired a rail with a line of another kind (a switch blade)
+or rails of two tracks.
 
 ``--conditions`` (with ``--real``) runs the frames again under each named degradation
 (``CONDITIONS_REAL``: night or a tunnel, rain, snow, fog, a soft lens, forward-motion blur, heavy
