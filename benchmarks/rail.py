@@ -321,37 +321,37 @@ def in_split(name: str, split: str | None) -> bool:
     return bool(digits) and (int(digits) % 2 == 0) == (split == "even")
 
 
+def _label_rails(label: dict[str, list[list[float]]]) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """A label's two rail polylines (points x, y) and the first and last row both of them cover."""
+    left, right = (np.asarray(label[side], dtype=np.float64) for side in ("left", "right"))
+    return left, right, max(left[:, 1].min(), right[:, 1].min()), min(left[:, 1].max(), right[:, 1].max())
+
+
+def _rail_columns(polyline: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """A rail polyline's columns on ``rows``, interpolated between its points."""
+    order = np.argsort(polyline[:, 1])
+    return np.interp(rows, polyline[order, 1], polyline[order, 0])
+
+
 def label_rows(label: dict[str, list[list[float]]], n: int = REAL_ROWS
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows evenly over the rows both labelled rails cover, and both rails' columns there."""
-    left, right = (np.asarray(label[side], dtype=np.float64) for side in ("left", "right"))
-    low = max(left[:, 1].min(), right[:, 1].min())
-    high = min(left[:, 1].max(), right[:, 1].max())
+    left, right, low, high = _label_rails(label)
     rows = np.linspace(low, high, n)
-
-    def column(polyline: np.ndarray) -> np.ndarray:
-        order = np.argsort(polyline[:, 1])
-        return np.interp(rows, polyline[order, 1], polyline[order, 0])
-
-    return rows, column(left), column(right)
+    return rows, _rail_columns(left, rows), _rail_columns(right, rows)
 
 
 def label_area(label: dict, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     """The labelled ego area (the polygon between the two rail polylines) and the rows both
     polylines cover, as boolean ``height`` x ``width`` masks."""
-    left = np.asarray(label["left"], np.float64)
-    right = np.asarray(label["right"], np.float64)
-    top = max(left[:, 1].min(), right[:, 1].min())
-    bottom = min(left[:, 1].max(), right[:, 1].max())
+    left, right, top, bottom = _label_rails(label)
     rows = np.zeros((height, width), bool)
     area = np.zeros((height, width), bool)
     first, last = max(0, int(math.ceil(top))), min(height - 1, int(math.floor(bottom)))
     if last < first:
         return area, rows
     v = np.arange(first, last + 1, dtype=np.float64)
-    order_l, order_r = np.argsort(left[:, 1]), np.argsort(right[:, 1])
-    xl = np.interp(v, left[order_l, 1], left[order_l, 0])
-    xr = np.interp(v, right[order_r, 1], right[order_r, 0])
+    xl, xr = _rail_columns(left, v), _rail_columns(right, v)
     lo, hi = np.minimum(xl, xr), np.maximum(xl, xr)
     cols = np.arange(width, dtype=np.float64)[None, :]
     area[first:last + 1] = (cols >= lo[:, None]) & (cols <= hi[:, None])
