@@ -59,7 +59,7 @@ def worker(root: Path, width: int, repeats: int) -> None:
             start = time.process_time()
             measure_frame(frame)
             filtered = time.process_time()
-            area = None if model is None else model.probability(frame)
+            area = None if model is None else model.mask(frame)
             learned = time.process_time()
             result = detect_track(frame, track_area=area)
             found = time.process_time()

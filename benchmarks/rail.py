@@ -113,7 +113,7 @@ def evaluate(spec: BackgroundSpec, curve: str, model: TrackAreaModel | None = No
     image = render_background(spec)
     hfov = math.degrees(2 * math.atan(truth.width / 2 / truth.focal_px))
     start = time.process_time()
-    area = None if model is None else model.probability(image)
+    area = None if model is None else model.mask(image)
     result = detect_track(image, hfov_deg=hfov, track_area=area)
     estimate = None if result.detection is None else estimate_geometry(
         result.detection, truth.width, truth.height, hfov_deg=hfov)
@@ -404,7 +404,7 @@ def evaluate_real(path: Path, label, width: int, overlays: Path | None,
     start = time.process_time()
     measure_frame(resized)  # a build's frame filters measure every frame before the finder sees it
     area = (None if model is None else labelled_area(label, scale, resized.shape[:2]) if model is LABELLED_AREA
-            else model.probability(resized))
+            else model.mask(resized))
     result = detect_track(resized, track_area=area)
     ms = 1000 * (time.process_time() - start)
     outcome = RealOutcome(path.name, frame_group(path.name), labelled=label is not None,

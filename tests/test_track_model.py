@@ -222,3 +222,25 @@ def test_probability_accepts_grey_and_colour_frames_of_any_size(channels):
     shape = (123, 321) if channels == 1 else (123, 321, 3)
     prob = model.probability(np.zeros(shape, np.uint8))
     assert prob.shape == (123, 321)
+
+
+def test_the_mask_is_the_probability_over_its_threshold_and_the_finder_takes_either():
+    """``mask`` compares logits with the threshold's logit (no sigmoid over the frame): the same pixels
+    as the probability at that threshold, and so the same finding."""
+    from synrail.rail.detect import detect_track
+
+    model = default_track_model()
+    assert model is not None
+    spec = _unseen_scenes(width=640, height=360)[5]  # the off-centre camera: its finding needs the area
+    image = render_background(spec)
+    prob = model.probability(image)
+    for threshold in (0.3, 0.5, 0.8):
+        mask = model.mask(image, threshold)
+        assert mask.dtype == bool and mask.shape == prob.shape
+        assert np.array_equal(mask, prob >= threshold), threshold
+    with_prob, with_mask = detect_track(image, track_area=prob), detect_track(image, track_area=model.mask(image))
+    assert with_prob.detection is not None, with_prob.reason
+    assert with_mask.detection is not None
+    assert (with_mask.detection.left_fit, with_mask.detection.right_fit) == (
+        with_prob.detection.left_fit, with_prob.detection.right_fit)
+    assert np.array_equal(with_mask.detection.mask, with_prob.detection.mask)

@@ -357,7 +357,8 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
             rails are then first followed from where it put them, without the line search; if
             that fails, the full search runs as without a prior.
         track_area: H x W probability (0-1) of the ego track area from a learned model
-            (``synrail.rail.learned.TrackAreaModel.probability``), or None: then only centred
+            (``synrail.rail.learned.TrackAreaModel.probability``), or that area as a boolean mask
+            (``TrackAreaModel.mask``, the same findings for less work), or None: then only centred
             pairs reaching the bottom (or a hood) are taken.
         mount_offset: the camera's lateral offset from its track, in rail gaps (signed, as
             ``lateral_offset`` gives it), that the frames of its sequence have shown; None when
@@ -377,7 +378,7 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
         followed = _follow_prior(frame, prior, horizon_limits, width, height)
         if followed is not None:
             return TrackResult(followed)
-    area = None if track_area is None else np.asarray(track_area, dtype=np.float32)[:visible] >= 0.5
+    area = _learned_area(track_area, visible)
     first_failure = segments = None
     try:
         segments = _ridge_segments(grey, max(0, first_row), frame.keep)
@@ -449,6 +450,14 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
     return TrackResult(None, str(first_failure))
 
 
+def _learned_area(track_area: np.ndarray | None, visible: int) -> np.ndarray | None:
+    """The learned ego-track area of the visible rows as a boolean mask (probability at least 0.5)."""
+    if track_area is None:
+        return None
+    area = np.asarray(track_area)[:visible]
+    return area if area.dtype == bool else area.astype(np.float32) >= 0.5
+
+
 def candidate_tracks(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_rows_fraction: float = 0.6,
                      track_area: np.ndarray | None = None, pairs_per_mount: int = _MAX_PAIR_TRIES
                      ) -> list[TrackDetection]:
@@ -486,7 +495,7 @@ def candidate_tracks(image_bgr: np.ndarray, *, hfov_deg: float | None = None, ma
         except _NoTrack:
             continue
         starts += [(model, seen_rows, trusted) for model, seen_rows in pairs for trusted in (False, True)]
-    area = None if track_area is None else np.asarray(track_area, dtype=np.float32) >= 0.5
+    area = _learned_area(track_area, height)
     if area is not None and (proposal := _learned_proposal(area, horizon_limits)) is not None:
         starts += [(*proposal, trusted) for trusted in (True, False)]
     tracks = []

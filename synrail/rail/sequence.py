@@ -151,7 +151,7 @@ class RailFollower:
             self._signature = signature
         height, width = image_bgr.shape[:2]
         work_image, work_mask = shrunk(image_bgr, ignore_mask, TRACK_WIDTH)
-        area = None if self._track_model is None else self._track_model.probability(work_image)
+        area = None if self._track_model is None else self._track_model.mask(work_image)
         search = functools.partial(detect_track, work_image, hfov_deg=hfov_deg, ignore_mask=work_mask,
                                    track_area=area, mount_offset=self.mount_offset)
 

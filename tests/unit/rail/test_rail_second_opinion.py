@@ -136,10 +136,10 @@ class OracleModel:
     def __init__(self, truth: np.ndarray, frames: int) -> None:
         self.truth, self.frames = truth.astype(np.float32), frames
 
-    def probability(self, image: np.ndarray) -> np.ndarray:
-        """At the image's own size, as the learned model's."""
+    def mask(self, image: np.ndarray) -> np.ndarray:
+        """At the image's own size, as the learned model's (probability at least 0.5)."""
         self.frames -= 1
-        area = cv2.resize(self.truth, image.shape[1::-1], interpolation=cv2.INTER_LINEAR)
+        area = cv2.resize(self.truth, image.shape[1::-1], interpolation=cv2.INTER_LINEAR) >= 0.5
         return area if self.frames >= 0 else np.zeros_like(area)
 
 
