@@ -238,6 +238,9 @@ def test_the_mask_is_the_probability_over_its_threshold_and_the_finder_takes_eit
         mask = model.mask(image, threshold)
         assert mask.dtype == bool and mask.shape == prob.shape
         assert np.array_equal(mask, prob >= threshold), threshold
+    for threshold in (0.0, 1.0):
+        with pytest.raises(ValueError, match="strictly between 0 and 1"):
+            model.mask(image, threshold)
     with_prob, with_mask = detect_track(image, track_area=prob), detect_track(image, track_area=model.mask(image))
     assert with_prob.detection is not None, with_prob.reason
     assert with_mask.detection is not None

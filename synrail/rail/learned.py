@@ -86,12 +86,8 @@ class TrackAreaModel:
         Returns:
             float32 H x W probabilities in [0, 1].
         """
-        height, width = np.asarray(image_bgr).shape[:2]
-        logits = self.logits(image_bgr)
-        if (width, height) != (self.input_width, self.input_height):
-            logits = cv2.resize(logits, (width, height), interpolation=cv2.INTER_LINEAR)
         # The sigmoid in place with OpenCV's exp: a third of NumPy's time on a full frame.
-        values = np.clip(logits, -30.0, 30.0)
+        values = np.clip(self._logits_at_image_size(image_bgr), -30.0, 30.0)
         np.negative(values, out=values)
         cv2.exp(values, values)
         values += 1.0
@@ -111,12 +107,21 @@ class TrackAreaModel:
 
         Returns:
             A boolean H x W mask.
+
+        Raises:
+            ValueError: when ``threshold`` is not strictly between 0 and 1.
         """
+        if not 0.0 < threshold < 1.0:
+            raise ValueError(f"threshold must lie strictly between 0 and 1, not {threshold}")
+        return self._logits_at_image_size(image_bgr) >= math.log(threshold / (1.0 - threshold))
+
+    def _logits_at_image_size(self, image_bgr: np.ndarray) -> np.ndarray:
+        """``logits`` resized (bilinear) to the image's own size."""
         height, width = np.asarray(image_bgr).shape[:2]
         logits = self.logits(image_bgr)
         if (width, height) != (self.input_width, self.input_height):
             logits = cv2.resize(logits, (width, height), interpolation=cv2.INTER_LINEAR)
-        return logits >= math.log(threshold / (1.0 - threshold))
+        return logits
 
 
 @lru_cache(maxsize=1)
