@@ -217,6 +217,11 @@ class FilterConfig(BaseModel):
     max_mean_luma: float = Field(235, ge=0, le=255, description="mean luma of the frame's lower half (the ground)")
     max_clipped_fraction: float = Field(0.6, ge=0, le=1, description=(
         "share of crushed-black or of clipped-white pixels allowed in the frame's lower half"))
+    refuse_exposure_first: bool = Field(False, description=(
+        "refuse frames outside the exposure limits before the track search; by default such a frame is "
+        "searched like any other and left out as underexposed or overexposed only where no track is found "
+        "there (a night frame, a tunnel mouth or a sunlit snowfield whose rails a person sees is kept). "
+        "A frame with nothing sharp in it (blur over max_blur) is refused for its exposure either way"))
     duplicate_hamming: int = Field(6, ge=0, le=64)  # phash distance at or under which frames are copies
     detector_weights: str | None = None  # a local weights file; without one no detector runs
     detector_classes: tuple[str, ...] = DEFAULT_REJECT_CLASSES  # class names (the model's own) that reject
@@ -267,6 +272,8 @@ class FrameDecision:
     blur: float  # blur effect, 0 sharp - 1 flat (frame_filters.blur_score)
     mean_luma: float
     phash: int
+    # A kept frame outside the exposure limits: the reason it is left out if no track is found there.
+    exposure: str | None = None
 
 
 def track_polygon(region: Sequence[tuple[float, float]], width: int, height: int) -> np.ndarray:
@@ -307,8 +314,10 @@ def _exposure_reason(mean_luma: float, dark: float, bright: float, cfg: FilterCo
 
 def filter_frames(frames: Iterable[SampledFrame], cfg: FilterConfig,
                   detector: ObstacleDetector | None) -> Iterator[FrameDecision]:
-    """Decide on each frame of one video, in order. Exposure is judged before sharpness (a black frame
-    has no edges, but "underexposed" is its real fault) and the detector runs last, on survivors only.
+    """Decide on each frame of one video, in order. A frame outside the exposure limits is kept for the
+    track search to settle (``FrameDecision.exposure``), unless ``cfg.refuse_exposure_first``; one
+    that is also blurred is refused for its exposure (a black frame has no edges, but "underexposed"
+    is its real fault). The detector runs last, on survivors only.
 
     Args:
         frames: the sampled frames of one video, in order (a near-duplicate of an earlier kept frame is refused).
@@ -322,9 +331,10 @@ def filter_frames(frames: Iterable[SampledFrame], cfg: FilterConfig,
     for frame in frames:
         measures = measure_frame(frame.image)
         blur, digest = measures.blur, measures.phash
-        reason = _exposure_reason(measures.mean_luma, measures.dark, measures.bright, cfg)
+        exposure = _exposure_reason(measures.mean_luma, measures.dark, measures.bright, cfg)
+        reason = exposure if cfg.refuse_exposure_first else None
         if reason is None and blur > cfg.max_blur:
-            reason = REASON_BLURRED
+            reason = exposure or REASON_BLURRED
         if reason is None and any(hamming(digest, h) <= cfg.duplicate_hamming for h in kept_hashes):
             reason = REASON_DUPLICATE
         if reason is None and detector is not None:
@@ -335,4 +345,4 @@ def filter_frames(frames: Iterable[SampledFrame], cfg: FilterConfig,
         if reason is None:
             kept_hashes.append(digest)
         yield FrameDecision(frame=frame, accepted=reason is None, reason=reason, blur=blur,
-                            mean_luma=measures.mean_luma, phash=digest)
+                            mean_luma=measures.mean_luma, phash=digest, exposure=exposure if reason is None else None)

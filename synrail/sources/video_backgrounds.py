@@ -71,6 +71,8 @@ class FrameRecord(_Record):
     blur: float
     mean_luma: float
     phash: str  # 16 hex digits (a 64-bit int would overflow signed Parquet / JSON number columns)
+    # Outside the exposure limits ("underexposed", "overexposed"): left out for it where no track is found.
+    exposure: str | None = None
 
 
 class RejectRecord(_Record):
@@ -128,7 +130,7 @@ def _write_frame(decision: FrameDecision, video: VideoRef, folder: str, cache: S
     return FrameRecord(frame_id=f"{folder}/{frame.frame_index:06d}", video_name=video.name, path=path,
                        sha256=sha, frame_index=frame.frame_index, time_s=frame.time_s, width=width,
                        height=height, blur=decision.blur, mean_luma=decision.mean_luma,
-                       phash=f"{decision.phash:016x}")
+                       phash=f"{decision.phash:016x}", exposure=decision.exposure)
 
 
 def _reject_record(decision: FrameDecision) -> RejectRecord:

@@ -4,8 +4,9 @@ whose track is found, each with the camera geometry estimated from its rails und
 and height shared; a video or folder that cuts between shots, or holds unrelated stills, has a
 camera per shot: ``synrail.rail.shots``).
 
-Every frame that is not used says why (filter reason, "no track: ...", or rails that contradict its
-shot's camera); a video that cannot be read becomes a quarantine row. Neither stops the build.
+Every frame that is not used says why (filter reason, "no track: ...", its exposure where a frame
+outside the exposure limits shows no track, or rails that contradict its shot's camera); a video
+that cannot be read becomes a quarantine row. Neither stops the build.
 """
 
 from __future__ import annotations
@@ -218,7 +219,8 @@ def find_tracks(cfg: BuildConfig, frames: list[FrameRecord], settings: CameraSet
                 ) -> tuple[list[FoundTrack], list[tuple[int, str]], int]:
     """Each frame prepared (undistorted, hood cut, regions masked) and searched for the ego track,
     in frame order, each following the last one's rails within a shot (``RailFollower``); frames
-    where both rails vanish behind something are left out as ``track occluded``.
+    where both rails vanish behind something are left out as ``track occluded``, frames the filters
+    kept despite their exposure (``FrameRecord.exposure``) and without a track as under- or overexposed.
 
     Args:
         cfg: the build config (the output image size).
@@ -238,13 +240,20 @@ def find_tracks(cfg: BuildConfig, frames: list[FrameRecord], settings: CameraSet
         lens_focal = focal_from_hfov(frame.width, settings.hfov_for_lens) * prepared.scale
         result = follower.detect(prepared.detect_image, hfov_deg=hfov_from_focal(cfg.image.width, lens_focal))
         if result.detection is None:
-            missing.append((frame.frame_index, result.reason if result.reason == TRACK_OCCLUDED
-                            else f"no track: {result.reason}"))
+            missing.append((frame.frame_index, _why_no_track(frame, result.reason)))
             continue
         packed = np.packbits(result.detection.mask)
         detection: TrackDetection = dataclasses.replace(result.detection, mask=np.zeros((0, 0), dtype=bool))
         found.append(FoundTrack(k, frame, frame_evidence(prepared, detection, settings), packed, follower.shot))
     return found, missing, follower.shot + 1
+
+
+def _why_no_track(frame: FrameRecord, reason: str) -> str:
+    """Why a frame without a track is left out: its exposure where the filters kept it only for the
+    track search to settle (too dark or too bright to see the rails in), else the finder's reason."""
+    if reason == TRACK_OCCLUDED:
+        return reason
+    return frame.exposure or f"no track: {reason}"
 
 
 def shot_cameras(cfg: BuildConfig, found: list[FoundTrack], shots: int, settings: CameraSettings, source_width: int

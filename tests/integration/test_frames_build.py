@@ -11,6 +11,7 @@ from media import cab_frames, write_frame_sequences
 from synrail.config import load_config
 from synrail.sources.video import list_sequences, sample_frames
 from synrail.stages.local import build_in_process
+from synrail.storage.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -136,3 +137,38 @@ def test_too_few_sequences_for_the_splits_name_the_time_blocks_and_the_way_out(t
     with pytest.raises(InputError, match=r"fewer frame sequences than splits in use .* time blocks .* "
                                          r"set splits\.test to 0"):
         build_in_process(cfg, str(tmp_path / "out"))
+
+
+def _darkened(frame: np.ndarray) -> np.ndarray:
+    """The frame as at night or in a tunnel: most of its ground crushed black, the rails still lit."""
+    return (255 * 0.35 * (frame / 255.0) ** 3).astype(np.uint8)
+
+
+@pytest.mark.parametrize("refuse_first", [False, True])
+def test_a_dark_frame_is_kept_where_its_track_is_found_and_left_out_as_underexposed_where_not(tmp_path, refuse_first):
+    """The exposure limits refuse a frame only where the track search, which sees lit rails on a
+    crushed-black ground, finds none there (``refuse_exposure_first`` refuses it outright)."""
+    from synrail.sources.frame_filters import measure_frame
+    from synrail.stages.videos import prepare_video_backgrounds
+
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    night = _darkened(cab_frames(30, 1)[0])
+    blocks = (np.random.default_rng(0).random((36, 64)) * 160).astype(np.uint8)
+    no_track = cv2.cvtColor(_darkened(cv2.resize(blocks, (night.shape[1], night.shape[0]),
+                                                  interpolation=cv2.INTER_NEAREST)), cv2.COLOR_GRAY2BGR)
+    for name, frame in (("night.png", night), ("dark_wall.png", no_track)):
+        measures = measure_frame(frame)
+        assert measures.dark > 0.6 and measures.blur < 0.5, name  # outside the limits, and sharp
+        cv2.imwrite(str(folder / name), frame)
+    cfg = load_config(ROOT / "configs" / "tiny.yaml", {
+        "backgrounds.source": "frames", "backgrounds.frames.url": str(folder),
+        "backgrounds.frames.sampling.filters.refuse_exposure_first": refuse_first})
+    results = {s.name: prepare_video_backgrounds(cfg, s, "train", Store(str(tmp_path / "cache")))
+               for s in list_sequences(str(folder))}
+    assert [u.reason for u in results["dark_wall.png"].unused] == ["underexposed"]
+    if refuse_first:
+        assert [u.reason for u in results["night.png"].unused] == ["underexposed"]
+        assert results["night.png"].records == []
+    else:
+        assert results["night.png"].unused == [] and len(results["night.png"].records) == 1

@@ -44,9 +44,12 @@ def write_labelled_frames(folder) -> None:
     (folder / "labels.json").write_text(json.dumps(labels))
 
 
-def run_on_labelled_frames(folder, monkeypatch, *options: str):
-    """benchmarks/rail.py --real on ``write_labelled_frames``' folder, learned model off; the JSON path."""
+def run_on_labelled_frames(folder, monkeypatch, *options: str, edit=None):
+    """benchmarks/rail.py --real on ``write_labelled_frames``' folder (``edit``ed, when given), learned
+    model off; the JSON path."""
     write_labelled_frames(folder)
+    if edit is not None:
+        edit(folder)
     out = folder / "figures.json"
     monkeypatch.setattr(sys, "argv", ["rail.py", "--real", str(folder), "--width", "640", "--learned", "off",
                                       "--json", str(out), *options])
@@ -74,6 +77,25 @@ def test_the_real_benchmark_scores_labelled_frames_and_writes_json(tmp_path, mon
     assert all(degraded[f"{c} unseen"]["track"] == 2 and degraded[f"{c} issue-16"]["false"] == 0
                for c in ("soft", "jpeg"))
     assert "soft        unseen" in printed
+
+
+def blur_one_darken_the_other(folder) -> None:
+    first, second = (folder / f"proc_f{seed:06d}.png" for seed in range(2))
+    cv2.imwrite(str(first), cv2.GaussianBlur(cv2.imread(str(first)), (0, 0), 4))
+    cv2.imwrite(str(second), (255 * 0.35 * (cv2.imread(str(second)) / 255.0) ** 3).astype(np.uint8))
+
+
+def test_with_the_filters_a_frame_they_refuse_is_not_searched_and_a_dark_one_is(tmp_path, monkeypatch):
+    """As in a build: a blurred frame is refused before the finder sees it, a sharp one outside the
+    exposure limits is searched (and kept where its track is found)."""
+    out = run_on_labelled_frames(tmp_path, monkeypatch, "--filters", edit=blur_one_darken_the_other)
+    frames = json.loads(out.read_text())["runs"]["learned model off"]["frames"]
+    assert frames["proc_f000000.png"]["verdict"] == "none" and frames["proc_f000000.png"]["reason"] == "blurred"
+    assert frames["proc_f000001.png"]["verdict"] == "correct"
+    assert frames["null_blank.png"]["reason"] == "blurred"  # a flat frame: nothing sharp in it
+    unfiltered = json.loads(run_on_labelled_frames(tmp_path, monkeypatch, edit=blur_one_darken_the_other)
+                            .read_text())["runs"]["learned model off"]["frames"]
+    assert unfiltered["null_blank.png"]["reason"] != "blurred"
 
 
 def test_the_ceiling_counts_frames_where_a_candidate_lies_on_the_track(tmp_path, monkeypatch, capsys):

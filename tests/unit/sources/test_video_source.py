@@ -27,7 +27,7 @@ from synrail.sources.frame_filters import (
     phash,
 )
 from synrail.sources.image_safety import declared_size
-from synrail.sources.video import VideoError, list_videos, read_sidecar, sample_frames
+from synrail.sources.video import SampledFrame, VideoError, list_videos, read_sidecar, sample_frames
 from synrail.sources.video_backgrounds import VideoSourceConfig, extract_video_backgrounds
 from synrail.storage.store import Store
 
@@ -186,6 +186,17 @@ def test_every_rejection_has_its_reason(videos):
         (0, None), (5, None), (10, "blurred"), (15, "blurred"), (20, "underexposed"), (25, "underexposed"),
         (30, "overexposed"), (35, "overexposed")]
     assert all(d.accepted == (d.reason is None) for d in decisions)
+
+
+def test_a_sharp_frame_outside_the_exposure_limits_is_kept_for_the_track_search_to_settle():
+    night = (textured_frame(0) // 20).astype(np.uint8)  # crushed black, its texture still sharp
+    images = [night, np.full_like(night, 4)]  # ... and a black frame: nothing sharp in it
+    frames = [SampledFrame(frame_index=k, time_s=float(k), image=image) for k, image in enumerate(images)]
+    kept, black = filter_frames(frames, FilterConfig(), None)
+    assert kept.accepted and kept.reason is None and kept.exposure == "underexposed"
+    assert not black.accepted and black.reason == "underexposed" and black.exposure is None
+    refused, _ = filter_frames(frames, FilterConfig(refuse_exposure_first=True), None)
+    assert refused.reason == "underexposed" and refused.exposure is None
 
 
 def test_near_duplicates_collapse_to_one_frame(videos):
