@@ -45,7 +45,7 @@ from synrail.config import BuildConfig
 from synrail.errors import InputError
 from synrail.export.coco import encode_rle
 from synrail.export.yolo import yolo_line
-from synrail.rail.camera import CameraSettings, PreparedFrame, focal_from_hfov, hfov_from_focal, prepare_frame
+from synrail.rail.camera import CameraSettings, PreparedFrame, prepare_frame
 from synrail.rail.geometry import CameraGeometry, TrackPose, reproject_ground_point, track_point_xz
 from synrail.rail.motion import (
     Advance,
@@ -80,7 +80,7 @@ from synrail.sources.video import SampledFrame, VideoError, VideoRef, read_sidec
 from synrail.sources.video_backgrounds import video_folder
 from synrail.stages.compose import SHADOW_SCALE, annotation_rows, gallery_by_class
 from synrail.stages.sequences import ClipWeather, clip_id, clip_obstacles, frame_image_index, frame_stem
-from synrail.stages.videos import condition_from_metadata, video_camera_settings
+from synrail.stages.videos import condition_from_metadata, finder_hfov, video_camera_settings
 from synrail.storage.codecs import encode_image
 from synrail.storage.store import Store, sha256_bytes
 from synrail.storage.tables import rows_bytes
@@ -232,8 +232,7 @@ def track_frames(cfg: BuildConfig, video: VideoRef, settings: CameraSettings
     fps, step, frames = _frames(cfg, video, settings)
     for frame, prepared in frames:
         source_width = frame.image.shape[1]
-        lens_focal = focal_from_hfov(source_width, settings.hfov_for_lens) * prepared.scale
-        result = follower.detect(prepared.detect_image, hfov_deg=hfov_from_focal(cfg.image.width, lens_focal))
+        result = follower.detect(prepared.detect_image, hfov_deg=finder_hfov(settings, source_width, prepared, cfg))
         detection = result.detection
         if detection is None:
             found.append((frame.frame_index, follower.shot, None, None, f"no track: {result.reason}"))

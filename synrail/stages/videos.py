@@ -237,8 +237,7 @@ def find_tracks(cfg: BuildConfig, frames: list[FrameRecord], settings: CameraSet
     follower = RailFollower(track_area_model(cfg.backgrounds.footage.track_area_model))
     for k, frame in sorted(enumerate(frames), key=lambda item: item[1].frame_index):
         prepared = _prepared(cache, frame, settings, cfg)
-        lens_focal = focal_from_hfov(frame.width, settings.hfov_for_lens) * prepared.scale
-        result = follower.detect(prepared.detect_image, hfov_deg=hfov_from_focal(cfg.image.width, lens_focal))
+        result = follower.detect(prepared.detect_image, hfov_deg=finder_hfov(settings, frame.width, prepared, cfg))
         if result.detection is None:
             missing.append((frame.frame_index, _why_no_track(frame, result.reason)))
             continue
@@ -246,6 +245,26 @@ def find_tracks(cfg: BuildConfig, frames: list[FrameRecord], settings: CameraSet
         detection: TrackDetection = dataclasses.replace(result.detection, mask=np.zeros((0, 0), dtype=bool))
         found.append(FoundTrack(k, frame, frame_evidence(prepared, detection, settings), packed, follower.shot))
     return found, missing, follower.shot + 1
+
+
+def finder_hfov(settings: CameraSettings, source_width: int, prepared: PreparedFrame, cfg: BuildConfig
+                ) -> float | None:
+    """The lens's field of view at the prepared frame's width, where the lens is known
+    (``settings.hfov_deg``); None otherwise, so that the finder allows any horizon a cab camera can
+    have (``fallback_hfov_deg`` is a guess for the camera matrix, not a bound on the pitch).
+
+    Args:
+        settings: the sequence's camera settings.
+        source_width: the width of the source frame.
+        prepared: the frame as ``prepare_frame`` fitted it to the output size.
+        cfg: the build config (the output width).
+
+    Returns:
+        The field of view in degrees, or None.
+    """
+    if settings.hfov_deg is None:
+        return None
+    return hfov_from_focal(cfg.image.width, focal_from_hfov(source_width, settings.hfov_deg) * prepared.scale)
 
 
 def _why_no_track(frame: FrameRecord, reason: str) -> str:

@@ -172,3 +172,20 @@ def test_a_dark_frame_is_kept_where_its_track_is_found_and_left_out_as_underexpo
         assert results["night.png"].records == []
     else:
         assert results["night.png"].unused == [] and len(results["night.png"].records) == 1
+
+
+def test_the_finder_bounds_the_horizon_only_by_a_lens_the_settings_know():
+    """An unset field of view leaves the finder every horizon a cab camera can have: the fallback
+    is a guess for the camera matrix, not a bound on the pitch; a known lens is carried through
+    the fit to the output size."""
+    from synrail.rail.camera import CameraSettings, prepare_frame
+    from synrail.stages.videos import finder_hfov
+
+    cfg = load_config(ROOT / "configs" / "tiny.yaml")
+    frame = np.zeros((6 * cfg.image.height, 6 * cfg.image.width, 3), np.uint8)  # the output's shape
+    for settings, expected in ((CameraSettings(), None), (CameraSettings(hfov_deg=90.0), pytest.approx(90.0))):
+        prepared = prepare_frame(frame, settings, cfg.image.width, cfg.image.height)
+        assert finder_hfov(settings, frame.shape[1], prepared, cfg) == expected
+    wide = np.zeros((6 * cfg.image.height, 9 * cfg.image.width, 3), np.uint8)  # cut at the sides to fit
+    prepared = prepare_frame(wide, CameraSettings(hfov_deg=90.0), cfg.image.width, cfg.image.height)
+    assert finder_hfov(CameraSettings(hfov_deg=90.0), wide.shape[1], prepared, cfg) < 80.0
