@@ -3,7 +3,7 @@ ego-track finding on labelled real frames.
 
     python benchmarks/rail.py [--scenes 48] [--width 1280 --height 720] [--seed 0]
     python benchmarks/rail.py --real DIR [--width 1280] [--split even|odd] [--overlays OUT] [--ceiling 4]
-    ... [--learned on|off|both|labels] [--model ONNX] [--json OUT.json] [--conditions dark,rain,...] [--filters]
+    ... [--learned on|off|both|labels] [--model ONNX] [--json OUT.json] [--conditions dark,rain,...] [--as-built]
 
 Renders scenes cycling through track type x condition x straight/curved (camera height, pitch,
 fov, offset drawn like the default config), runs ``detect_track`` + ``estimate_geometry`` with the
@@ -30,10 +30,12 @@ or rails of two tracks.
 JPEG), the learned area seeing the degraded frame too, and prints per family how many stay on the
 track: the labelled frames hold few such conditions, acceptance footage many.
 
-``--filters`` (with ``--real``) puts each frame, as the finder sees it, through the build's default
-frame filters first (``filter_frames``): a frame they refuse counts as not found, with their reason,
-and one outside the exposure limits that the finder finds no track on as under- or overexposed, as
-in a build. Without it the finder sees every frame.
+``--as-built`` (with ``--real``) judges each frame as a frames-folder build judges a still: the
+build's default frame filters first (``filter_frames``, on the frame at its own size), a frame they
+refuse counting as not found with their reason (one outside the exposure limits that the finder
+finds no track on as under- or overexposed), and a track found refused as ``track occluded`` where
+something stands between its rails (``object_between_rails``, as ``RailFollower`` checks every
+frame). Without it the finder's own verdict on every frame is scored.
 
 ``--ceiling N`` (with ``--real``) also follows every candidate the finder has on each frame
 (``detect.candidate_tracks``: N pairs under each mount, both ways, the learned proposal, the coarse
@@ -70,7 +72,7 @@ import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks.results import new_results, write_results  # noqa: E402
-from synrail.rail.detect import candidate_tracks, detect_track  # noqa: E402
+from synrail.rail.detect import TRACK_OCCLUDED, candidate_tracks, detect_track, object_between_rails  # noqa: E402
 from synrail.rail.estimate import estimate_geometry  # noqa: E402
 from synrail.rail.geometry import CameraGeometry  # noqa: E402
 from synrail.rail.learned import TrackAreaModel, default_track_model  # noqa: E402
@@ -188,9 +190,9 @@ def main() -> None:
     parser.add_argument("--ceiling", type=int, metavar="N",
                         help="with --real: also follow every candidate (N pairs per mount; the finder's own: 4) "
                              "and count the frames where one lies on the ego track")
-    parser.add_argument("--filters", action="store_true",
-                        help="with --real: each frame first goes through the build's default frame filters "
-                             "(a refused frame counts as not found, with the filters' reason), as in a build")
+    parser.add_argument("--as-built", action="store_true",
+                        help="with --real: each frame judged as a frames-folder build judges a still: the default "
+                             "frame filters first, a track with something between its rails refused as occluded")
     parser.add_argument("--conditions", type=_condition_names, default=[],
                         help=f"with --real: also under these degradations, comma-separated "
                              f"({', '.join(CONDITIONS_REAL)}; 'all': every one)")
@@ -204,14 +206,13 @@ def main() -> None:
         if args.real is not None:
             overlays = None if args.overlays is None else args.overlays / (
                 "labels" if model is LABELLED_AREA else "on" if model else "off")
-            filters = FilterConfig() if args.filters else None
             figures["runs"][name], outcomes = run_real_benchmark(args.real, width=args.width, split=args.split,
                                                                  overlays=overlays, model=model, ceiling=args.ceiling,
-                                                                 filters=filters)
+                                                                 as_built=args.as_built)
             if args.conditions:
                 figures["runs"][f"{name}, degraded frames"] = run_real_conditions(
                     args.real, args.conditions, outcomes, width=args.width, split=args.split, model=model,
-                    filters=filters)
+                    as_built=args.as_built)
         else:
             figures["runs"][name] = run_procedural_benchmark(args, model)
     if args.json is not None:
@@ -405,7 +406,7 @@ def score_detection(outcome: RealOutcome, detection, scale: float, label) -> Non
 
 def evaluate_real(path: Path, label, width: int, overlays: Path | None,
                   model: AreaSource = None, condition: A.BasicTransform | None = None,
-                  ceiling: int | None = None, filters: FilterConfig | None = None) -> RealOutcome:
+                  ceiling: int | None = None, as_built: bool = False) -> RealOutcome:
     image = cv2.imread(str(path), cv2.IMREAD_COLOR)
     scale = width / image.shape[1]
     resized = cv2.resize(image, (width, round(image.shape[0] * scale)),
@@ -413,21 +414,23 @@ def evaluate_real(path: Path, label, width: int, overlays: Path | None,
     if condition is not None:
         condition.set_random_seed(zlib.crc32(path.name.encode()))
         resized = condition(image=resized)["image"]
-    # A build's frame filters measure every frame, as sampled, before the finder sees it; with
-    # ``filters`` they decide. (A frame enlarged to ``width`` is measured at its own size again.)
+    # A build's frame filters measure every frame, as sampled, before the finder sees it; ``as_built``
+    # they decide. (A frame enlarged to ``width`` is measured at its own size again.)
     sampled = resized if scale <= 1 else cv2.resize(resized, image.shape[1::-1], interpolation=cv2.INTER_AREA)
     start = time.process_time()
-    kept = next(filter_frames([SampledFrame(0, 0.0, sampled)], filters or FilterConfig(), None))
+    kept = next(filter_frames([SampledFrame(0, 0.0, sampled)], FilterConfig(), None))
     area = None
-    if filters is not None and not kept.accepted:
+    if as_built and not kept.accepted:
         detection, reason = None, kept.reason
     else:
         area = (None if model is None else labelled_area(label, scale, resized.shape[:2]) if model is LABELLED_AREA
                 else model.mask(resized))
         result = detect_track(resized, track_area=area)
         detection, reason = result.detection, result.reason
-        if filters is not None and detection is None and kept.exposure is not None:
+        if as_built and detection is None and kept.exposure is not None:
             reason = kept.exposure  # a build leaves it out for its exposure (stages.videos.find_tracks)
+        elif as_built and detection is not None and object_between_rails(resized, detection):
+            detection, reason = None, TRACK_OCCLUDED
     ms = 1000 * (time.process_time() - start)
     outcome = RealOutcome(path.name, frame_group(path.name), labelled=label is not None,
                           detected=detection is not None, reason=reason, ms=ms)
@@ -532,13 +535,13 @@ def by_family(outcomes: list[RealOutcome]) -> dict[str, list[RealOutcome]]:
 
 
 def run_real_benchmark(folder: Path, *, width: int, split: str | None, overlays: Path | None,
-                       model: AreaSource = None, ceiling: int | None = None, filters: FilterConfig | None = None
+                       model: AreaSource = None, ceiling: int | None = None, as_built: bool = False
                        ) -> tuple[dict, list[RealOutcome]]:
-    """Runs ``detect_track`` on each labelled frame in ``folder`` (behind the frame ``filters``, when
-    given, as a build runs it), prints the table (and, with a ``ceiling``, the one of
+    """Runs ``detect_track`` on each labelled frame in ``folder`` (judged ``as_built``: as a build
+    judges a still), prints the table (and, with a ``ceiling``, the one of
     ``print_ceiling``) and returns its figures (per group) and the frames' outcomes."""
     labels, names = labelled_names(folder, split)
-    outcomes = [evaluate_real(folder / name, labels[name], width, overlays, model, ceiling=ceiling, filters=filters)
+    outcomes = [evaluate_real(folder / name, labels[name], width, overlays, model, ceiling=ceiling, as_built=as_built)
                 for name in names]
     for o in outcomes:
         verdict = f"none ({o.reason})" if not o.detected else o.verdict
@@ -589,7 +592,7 @@ def print_ceiling(outcomes_by_name: dict[str, list[RealOutcome]], ceiling: int) 
 
 
 def run_real_conditions(folder: Path, conditions: list[str], undegraded: list[RealOutcome], *, width: int,
-                        split: str | None, model: AreaSource = None, filters: FilterConfig | None = None) -> dict:
+                        split: str | None, model: AreaSource = None, as_built: bool = False) -> dict:
     """The labelled frames again under each degradation of ``conditions``: prints, per condition and
     family, how many frames with a track stay on it (and false and neighbour detections); returns
     those figures (``real_summary`` per "condition family"; "none": the ``undegraded`` outcomes)."""
@@ -601,7 +604,8 @@ def run_real_conditions(folder: Path, conditions: list[str], undegraded: list[Re
     figures = {}
     for condition in ["none", *conditions]:
         outcomes = undegraded if condition == "none" else [
-            evaluate_real(folder / name, labels[name], width, None, model, CONDITIONS_REAL[condition], filters=filters)
+            evaluate_real(folder / name, labels[name], width, None, model, CONDITIONS_REAL[condition],
+                          as_built=as_built)
             for name in names]
         for family, members in by_family(outcomes).items():
             if not members:

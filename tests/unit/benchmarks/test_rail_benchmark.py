@@ -85,10 +85,10 @@ def blur_one_darken_the_other(folder) -> None:
     cv2.imwrite(str(second), (255 * 0.35 * (cv2.imread(str(second)) / 255.0) ** 3).astype(np.uint8))
 
 
-def test_with_the_filters_a_frame_they_refuse_is_not_searched_and_a_dark_one_is(tmp_path, monkeypatch):
+def test_as_built_a_frame_the_filters_refuse_is_not_searched_and_a_dark_one_is(tmp_path, monkeypatch):
     """As in a build: a blurred frame is refused before the finder sees it, a sharp one outside the
     exposure limits is searched (and kept where its track is found)."""
-    out = run_on_labelled_frames(tmp_path, monkeypatch, "--filters", edit=blur_one_darken_the_other)
+    out = run_on_labelled_frames(tmp_path, monkeypatch, "--as-built", edit=blur_one_darken_the_other)
     frames = json.loads(out.read_text())["runs"]["learned model off"]["frames"]
     assert frames["proc_f000000.png"]["verdict"] == "none" and frames["proc_f000000.png"]["reason"] == "blurred"
     assert frames["proc_f000001.png"]["verdict"] == "correct"
@@ -96,6 +96,17 @@ def test_with_the_filters_a_frame_they_refuse_is_not_searched_and_a_dark_one_is(
     unfiltered = json.loads(run_on_labelled_frames(tmp_path, monkeypatch, edit=blur_one_darken_the_other)
                             .read_text())["runs"]["learned model off"]["frames"]
     assert unfiltered["null_blank.png"]["reason"] != "blurred"
+
+
+def test_as_built_a_track_with_something_between_its_rails_is_refused_as_occluded(tmp_path, monkeypatch):
+    monkeypatch.setattr(rail, "object_between_rails", lambda image, detection: True)
+
+    def first_frame(*options: str) -> dict:
+        out = run_on_labelled_frames(tmp_path, monkeypatch, *options)
+        return json.loads(out.read_text())["runs"]["learned model off"]["frames"]["proc_f000000.png"]
+
+    assert first_frame("--as-built")["verdict"] == "none" and first_frame("--as-built")["reason"] == "track occluded"
+    assert first_frame()["verdict"] == "correct"  # the finder's own verdict
 
 
 def test_the_ceiling_counts_frames_where_a_candidate_lies_on_the_track(tmp_path, monkeypatch, capsys):

@@ -207,6 +207,18 @@ def test_a_person_between_the_rails_is_left_out_as_occluded(case: tuple[int, str
     assert followed_results([person])[0].reason == TRACK_OCCLUDED
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_bed_crushed_black_below_its_lit_far_rows_shows_nothing_between_the_rails(seed: int) -> None:
+    """At night or in a tunnel mouth most of the bed is black, its rows alike to the last unit: the
+    lit far rows differ from them, but their middle does not differ from their sides."""
+    spec, image = sequence(seed, "ballasted", 0.0)[-1]
+    found = detect_track(image).detection
+    dark = image.copy()
+    near = int(found.horizon_v + 0.25 * (HEIGHT - found.horizon_v))
+    dark[near:] = (dark[near:] * 0.03).astype(np.uint8)
+    assert not object_between_rails(dark, found)
+
+
 @pytest.mark.parametrize("case", [(seed, track_type, curvature) for seed in range(4)
                                   for track_type in ("ballasted", "ballastless") for curvature in (0.0, 0.0025)],
                          ids=lambda c: f"seed{c[0]}-{c[1]}-k{c[2]}")
