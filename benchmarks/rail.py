@@ -202,6 +202,7 @@ def main() -> None:
     cv2.setNumThreads(1)
     figures = new_results("benchmarks/rail.py")
     for name, model in learned_models(args.learned, args.model):
+        name += ", as built" if args.real is not None and args.as_built else ""
         print(f"== {name}")
         if args.real is not None:
             overlays = None if args.overlays is None else args.overlays / (

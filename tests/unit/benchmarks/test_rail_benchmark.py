@@ -89,7 +89,7 @@ def test_as_built_a_frame_the_filters_refuse_is_not_searched_and_a_dark_one_is(t
     """As in a build: a blurred frame is refused before the finder sees it, a sharp one outside the
     exposure limits is searched (and kept where its track is found)."""
     out = run_on_labelled_frames(tmp_path, monkeypatch, "--as-built", edit=blur_one_darken_the_other)
-    frames = json.loads(out.read_text())["runs"]["learned model off"]["frames"]
+    frames = json.loads(out.read_text())["runs"]["learned model off, as built"]["frames"]
     assert frames["proc_f000000.png"]["verdict"] == "none" and frames["proc_f000000.png"]["reason"] == "blurred"
     assert frames["proc_f000001.png"]["verdict"] == "correct"
     assert frames["null_blank.png"]["reason"] == "blurred"  # a flat frame: nothing sharp in it
@@ -103,7 +103,8 @@ def test_as_built_a_track_with_something_between_its_rails_is_refused_as_occlude
 
     def first_frame(*options: str) -> dict:
         out = run_on_labelled_frames(tmp_path, monkeypatch, *options)
-        return json.loads(out.read_text())["runs"]["learned model off"]["frames"]["proc_f000000.png"]
+        run = "learned model off, as built" if options else "learned model off"
+        return json.loads(out.read_text())["runs"][run]["frames"]["proc_f000000.png"]
 
     assert first_frame("--as-built")["verdict"] == "none" and first_frame("--as-built")["reason"] == "track occluded"
     assert first_frame()["verdict"] == "correct"  # the finder's own verdict
