@@ -107,7 +107,10 @@ def _detrended(w: np.ndarray, value: np.ndarray) -> np.ndarray:
 
 
 def _spectrum(profile: SleeperProfile, frequencies: np.ndarray) -> np.ndarray:
-    """Normalised Lomb-Scargle power at ``frequencies`` (cycles per unit ``w``)."""
+    """Normalised Lomb-Scargle power at ``frequencies`` (cycles per unit ``w``); none where the
+    profile is flat (a bed crushed black: nothing to normalise by)."""
+    if not np.ptp(profile.value) > 0:
+        return np.zeros_like(frequencies, dtype=np.float64)
     return lombscargle(profile.w, profile.value - profile.value.mean(), 2 * np.pi * frequencies, normalize=True)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from functools import cache
 
 import cv2
@@ -215,4 +216,16 @@ def test_a_period_that_no_frame_shows_on_its_own_is_not_an_estimate() -> None:
     shuffled = grey[np.random.default_rng(0).permutation(HEIGHT)]
     estimate = estimate_focal_from_sleepers([(shuffled, detection)], width=WIDTH, cy=(HEIGHT - 1) / 2,
                                             gauge_m=1.435, spacing_m=0.6)
+    assert estimate.focal_px is None and estimate.reason is not None
+
+
+def test_a_bed_crushed_black_tells_no_sleeper_period_and_raises_no_warning() -> None:
+    """Night or a tunnel: the brightness between the rails is flat, nothing to normalise a spectrum by."""
+    spec, image = scene(2, 70.0)
+    detection = detect_track(image, hfov_deg=60.0).detection
+    black = np.zeros((HEIGHT, WIDTH), np.uint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        estimate = estimate_focal_from_sleepers([(black, detection)], width=WIDTH, cy=(HEIGHT - 1) / 2,
+                                                gauge_m=1.435, spacing_m=0.6)
     assert estimate.focal_px is None and estimate.reason is not None
