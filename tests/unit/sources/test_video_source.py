@@ -197,6 +197,9 @@ def test_a_sharp_frame_outside_the_exposure_limits_is_kept_for_the_track_search_
     assert not black.accepted and black.reason == "underexposed" and black.exposure is None
     refused, _ = filter_frames(frames, FilterConfig(refuse_exposure_first=True), None)
     assert refused.reason == "underexposed" and refused.exposure is None
+    snowfield = (255 - textured_frame(0) // 20).astype(np.uint8)  # clipped white, its texture still sharp
+    (bright,) = filter_frames([SampledFrame(frame_index=0, time_s=0.0, image=snowfield)], FilterConfig(), None)
+    assert bright.accepted and bright.exposure == "overexposed"
 
 
 def test_near_duplicates_collapse_to_one_frame(videos):
