@@ -35,7 +35,9 @@ build's default frame filters first (``filter_frames``, on the frame at its own 
 refuse counting as not found with their reason (one outside the exposure limits that the finder
 finds no track on as under- or overexposed), and a track found refused as ``track occluded`` where
 something stands between its rails (``object_between_rails``, as ``RailFollower`` checks every
-frame). Without it the finder's own verdict on every frame is scored.
+frame). The frame keeps its aspect ratio here; a build first crops it to the output's (a portrait
+phone frame loses most of its track that way). Without it the finder's own verdict on every frame
+is scored.
 
 ``--ceiling N`` (with ``--real``) also follows every candidate the finder has on each frame
 (``detect.candidate_tracks``: N pairs under each mount, both ways, the learned proposal, the coarse
