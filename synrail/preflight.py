@@ -47,6 +47,7 @@ from synrail.stages.gallery import (
 from synrail.stages.videos import (
     _prepared,
     _track_mask,
+    crop_notes,
     find_tracks,
     fit_frame,
     sequence_camera_record,
@@ -88,6 +89,7 @@ class FootageReport:
     camera: SequenceCamera | None = None
     notes: list[str] = field(default_factory=list)
     quarantine: str | None = None
+    crop: list[str] = field(default_factory=list)  # the output's aspect ratio cuts much of each frame
 
 
 @dataclass
@@ -211,7 +213,8 @@ def inspect_footage(cfg: BuildConfig, video: VideoRef, frames_per_video: int, ca
     extraction, filter_s = _timed(lambda: extract_video_backgrounds(
         video, footage.sampling, cache, max_pixels=cfg.inputs.max_image_pixels))
     report = FootageReport(name=video.name, kind=kind, sampled=len(extraction.frames) + len(extraction.rejected),
-                           kept=len(extraction.frames), notes=list(extraction.notes))
+                           kept=len(extraction.frames), crop=crop_notes(video, extraction, cfg))
+    report.notes = list(extraction.notes) + report.crop
     if extraction.quarantine is not None:
         report.quarantine = extraction.quarantine.reason
         report.filtered["unreadable: " + reason_group(extraction.quarantine.reason)] += 1
@@ -481,8 +484,12 @@ def summary_lines(inspection: Inspection) -> list[str]:
             lines.append(f"  {f.kind} {f.name}: quarantined: {f.quarantine}")
         elif listed:
             lines.append(f"  {f.kind} {f.name}: {f.sampled} frames sampled, {f.kept} kept")
+            lines += [f"    note: {note}" for note in f.crop]
     if not listed:
         lines += [f"  {line}" for line in _footage_totals(real)]
+        if cropped := [f for f in real if f.crop]:
+            lines.append(f"    note: {len(cropped)} of them lose much of each frame to the output's aspect ratio; "
+                         f"{cropped[0].crop[0]}")
     for g in inspection.gallery:
         lines.append(f"  {g.label}: {g.candidates} candidates" + (f" ({g.note})" if g.note else ""))
     lines.append("would be left out:")

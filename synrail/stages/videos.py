@@ -45,7 +45,7 @@ from synrail.randomness import Stream, rng_for
 from synrail.records import BackgroundRecord, SequenceCamera, UnusedFrame, VideoBackgrounds
 from synrail.segment.loader import load_segmenter
 from synrail.sources.video import VideoRef, list_sequences, list_videos
-from synrail.sources.video_backgrounds import FrameRecord, extract_video_backgrounds
+from synrail.sources.video_backgrounds import FrameRecord, VideoExtraction, extract_video_backgrounds
 from synrail.stages.splits import time_block_split
 from synrail.storage.codecs import decode_image, encode_image
 from synrail.storage.store import Store, sha256_bytes
@@ -68,6 +68,34 @@ def condition_from_metadata(metadata: dict[str, str]) -> str:
         if any(word in text for word in words):
             return condition
     return "unknown"
+
+
+# Fitting frames to the output's aspect ratio that keeps less than this share of their rows or
+# columns is worth a note: a portrait phone frame fitted to 16:9 keeps a third of its rows, and the
+# near track with them is mostly gone.
+CROP_NOTE_SHARE = 0.75
+
+
+def crop_note(name: str, width: int, height: int, cfg: BuildConfig) -> str | None:
+    """A note where fitting a video's frames to the output's aspect ratio (a centre crop) drops much
+    of each frame, or None.
+
+    Args:
+        name: the video's or sequence's name.
+        width: its frames' width.
+        height: its frames' height.
+        cfg: the build config (``image.width``, ``image.height``).
+
+    Returns:
+        What the crop keeps and how to keep the frames whole, or None when it keeps most of them.
+    """
+    _, _, kept_width, kept_height = fit_box(width, height, cfg.image.width, cfg.image.height)
+    share, part = min((kept_width / width, "columns"), (kept_height / height, "rows"))
+    if share >= CROP_NOTE_SHARE:
+        return None
+    return (f"frames of {name} are {width}x{height}: fitted to the output's {cfg.image.width}x{cfg.image.height} "
+            f"they keep the middle {share:.0%} of their {part} (image.width and image.height of the footage's "
+            "aspect ratio keep them whole)")
 
 
 def fit_frame(image: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -173,8 +201,25 @@ def prepare_video_backgrounds(cfg: BuildConfig, video: VideoRef, split: str | No
             airlight_bgr=(0.0, 0.0, 0.0), illumination_bgr=(1.0, 1.0, 1.0), sensor_noise=0.0,
             rail_area=encode_rle(mask), rail_area_px=int(mask.sum())))
     return VideoBackgrounds(video=video.name, records=records, unused=unused, quarantine=extraction.quarantine,
-                            notes=extraction.notes + [f"camera of {video.name}: {note}" for note in camera.notes],
+                            notes=extraction.notes + crop_notes(video, extraction, cfg)
+                            + [f"camera of {video.name}: {note}" for note in camera.notes],
                             camera=sequence_camera_record(video.name, camera, settings))
+
+
+def crop_notes(video: VideoRef, extraction: VideoExtraction, cfg: BuildConfig) -> list[str]:
+    """``crop_note`` for the video's first kept frame, as a list (empty without one, or without a note).
+
+    Args:
+        video: the video or frame sequence.
+        extraction: what its frame filters kept.
+        cfg: the build config (the output's size).
+
+    Returns:
+        At most one note.
+    """
+    first = extraction.frames[0] if extraction.frames else None
+    note = None if first is None else crop_note(video.name, first.width, first.height, cfg)
+    return [] if note is None else [note]
 
 
 # -- the video's camera (synrail.rail.camera / sequence) -------------------------------------------------

@@ -189,3 +189,25 @@ def test_the_finder_bounds_the_horizon_only_by_a_lens_the_settings_know():
     wide = np.zeros((6 * cfg.image.height, 9 * cfg.image.width, 3), np.uint8)  # cut at the sides to fit
     prepared = prepare_frame(wide, CameraSettings(hfov_deg=90.0), cfg.image.width, cfg.image.height)
     assert finder_hfov(CameraSettings(hfov_deg=90.0), wide.shape[1], prepared, cfg) < 80.0
+
+
+def test_frames_the_output_s_aspect_ratio_cuts_hard_carry_a_note_saying_how_to_keep_them_whole(tmp_path):
+    """A portrait phone frame fitted to a landscape output keeps a third of its rows, and most of
+    the near track with them: the sequence says so (card notes), a landscape one does not."""
+    from synrail.stages.videos import crop_note, prepare_video_backgrounds
+
+    cfg = load_config(ROOT / "configs" / "tiny.yaml")  # a 320x192 output
+    assert crop_note("run", 640, 384, cfg) is None and crop_note("run", 640, 360, cfg) is None
+    note = crop_note("phone", 360, 640, cfg)
+    assert note.startswith("frames of phone are 360x640") and "middle 34% of their rows" in note
+    assert "middle 43% of their columns" in crop_note("pano", 1400, 360, cfg)
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    cv2.imwrite(str(folder / "phone.jpg"), cv2.rotate(cab_frames(30, 1)[0], cv2.ROTATE_90_CLOCKWISE))
+    cv2.imwrite(str(folder / "cab.jpg"), cab_frames(31, 1)[0])
+    cfg = load_config(ROOT / "configs" / "tiny.yaml", {"backgrounds.source": "frames",
+                                                       "backgrounds.frames.url": str(folder)})
+    notes = {s.name: prepare_video_backgrounds(cfg, s, "train", Store(str(tmp_path / "cache"))).notes
+             for s in list_sequences(str(folder))}
+    assert any(n.startswith("frames of phone.jpg are 360x640") for n in notes["phone.jpg"])
+    assert not any(n.startswith("frames of") for n in notes["cab.jpg"])

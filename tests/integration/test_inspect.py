@@ -162,3 +162,24 @@ def test_the_page_renders_in_a_headless_browser(tmp_path):
     assert image is not None and image.shape[:2] == (1600, 1200)
     assert image.std() > 20  # not blank
     assert area_pixels(image) > 200  # the drawn track areas are on screen
+
+
+def test_footage_the_output_s_aspect_ratio_cuts_hard_is_noted_with_the_way_out(tmp_path, capsys, monkeypatch):
+    """A portrait phone frame fitted to a landscape output loses most of its track before the finder
+    looks: the preflight says so beside the footage, listed one by one or summed up."""
+    from synrail import preflight
+
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    cv2.imwrite(str(folder / "phone.jpg"), cv2.rotate(cab_frames(40, 1)[0], cv2.ROTATE_90_CLOCKWISE))
+    cv2.imwrite(str(folder / "cab.jpg"), cab_frames(41, 1)[0])
+    config = str(frames_config(tmp_path, folder))
+    assert main(["inspect", "--config", config, "--out", str(tmp_path / "report")]) == 0
+    printed = capsys.readouterr().out
+    assert "frames phone.jpg: 1 frames sampled, 1 kept\n    note: frames of phone.jpg are 360x640" in printed
+    assert printed.count("note: frames of") == 1
+    assert "frames of phone.jpg are 360x640" in (tmp_path / "report" / "index.html").read_text()
+    monkeypatch.setattr(preflight, "LISTED_SEQUENCES", 1)
+    assert main(["inspect", "--config", config, "--out", str(tmp_path / "report2")]) == 0
+    assert "note: 1 of them lose much of each frame to the output's aspect ratio; frames of phone.jpg" \
+        in capsys.readouterr().out
