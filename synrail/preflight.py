@@ -213,8 +213,8 @@ def inspect_footage(cfg: BuildConfig, video: VideoRef, frames_per_video: int, ca
     extraction, filter_s = _timed(lambda: extract_video_backgrounds(
         video, footage.sampling, cache, max_pixels=cfg.inputs.max_image_pixels))
     report = FootageReport(name=video.name, kind=kind, sampled=len(extraction.frames) + len(extraction.rejected),
-                           kept=len(extraction.frames), crop=crop_notes(video, extraction, cfg))
-    report.notes = list(extraction.notes) + report.crop
+                           kept=len(extraction.frames), notes=list(extraction.notes),
+                           crop=crop_notes(video, extraction, cfg))
     if extraction.quarantine is not None:
         report.quarantine = extraction.quarantine.reason
         report.filtered["unreadable: " + reason_group(extraction.quarantine.reason)] += 1
@@ -622,7 +622,7 @@ def render_html(inspection: Inspection) -> str:
         if f.filter_figures:
             parts.append("<p>Examples of frames the frame filters leave out:</p><div class='strip'>"
                          + "".join(_figure_html(x, "filtered") for x in f.filter_figures) + "</div>")
-        parts += [f"<p class='note'>{html.escape(note)}</p>" for note in f.notes]
+        parts += [f"<p class='note'>{html.escape(note)}</p>" for note in [*f.notes, *f.crop]]
     parts.append('</section><section id="gallery"><h2>Gallery</h2>')
     for g in inspection.gallery:
         parts.append(f"<h3>{html.escape(g.label)}: {g.candidates} candidates</h3>")
