@@ -716,6 +716,29 @@ def _proposed_track(frame: _Frame, proposal: tuple[_PairModel, tuple[int, int]],
         return _followed_pair(frame, *proposal, horizon_limits, width, height, _ANYWHERE, area=area)
 
 
+def follow_track(image_bgr: np.ndarray, prior: TrackDetection, *, hfov_deg: float | None = None,
+                 max_rows_fraction: float = 0.6, bottom_ignore: float = 0.0, ignore_mask: np.ndarray | None = None
+                 ) -> TrackDetection | None:
+    """The track followed from ``prior`` alone, without the full search: where a neighbouring frame
+    of the same camera put the rails, the rails are looked for first (``detect_track`` with a
+    ``prior`` does this before its search).
+
+    Args:
+        image_bgr: the frame, H x W x 3 BGR or H x W grey.
+        prior: a detection on a frame of the same camera and size (a later or an earlier one).
+        hfov_deg: as for ``detect_track``.
+        max_rows_fraction: as for ``detect_track``.
+        bottom_ignore: as for ``detect_track``.
+        ignore_mask: as for ``detect_track``.
+
+    Returns:
+        The detection (``followed``), or None where the rails are not where the prior leads.
+    """
+    height, width = image_bgr.shape[:2]
+    frame, _, horizon_limits = _prepared(image_bgr, hfov_deg, max_rows_fraction, bottom_ignore, ignore_mask)
+    return _follow_prior(frame, prior, horizon_limits, width, height)
+
+
 def _follow_prior(frame: _Frame, prior: TrackDetection, horizon_limits: tuple[float, float], width: int,
                   height: int) -> TrackDetection | None:
     """The track followed from the prior's fit (a cab camera moves little between frames), or

@@ -33,6 +33,7 @@ from synrail.rail.detect import (
     TrackDetection,
     TrackResult,
     detect_track,
+    follow_track,
     lateral_offset,
     object_between_rails,
     rail_pair_rows,
@@ -58,6 +59,7 @@ _SAME_TRACK_IOU = 0.8
 # searched at 1920 columns give fewer tracks, in 61 ms a frame against 33). A narrower frame is
 # searched as it is: enlarged, it gave fewer tracks still.
 TRACK_WIDTH = 1280
+FOLLOW_BACK_FAILED = "rails not where a later frame of the shot leads"
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,42 @@ class RailFollower:
         recent = np.array(self._offsets[-MOUNT_WINDOW:])
         median = float(np.median(recent))
         return median if float(np.median(np.abs(recent - median))) <= MOUNT_SPREAD else None
+
+
+def follow_back(image_bgr: np.ndarray, later: TrackDetection, later_rows: np.ndarray, *,
+                hfov_deg: float | None = None, ignore_mask: np.ndarray | None = None) -> TrackResult:
+    """A frame that ``RailFollower`` left without a track, followed from a later frame of its shot.
+
+    ``RailFollower`` learns from the frames before a frame only: the first frames of a shot (a
+    station or a tunnel the train is leaving) have none that found the track. Once a later frame
+    has, its rails lead the search on the frame before it, as an earlier frame's lead the next:
+    the camera rides over the same track. Only the rails where ``later`` put them are followed
+    (``follow_track``); the full search has had its turn. A track followed so is refused as
+    ``TRACK_OCCLUDED`` where something stands between its rails or hides them on ``later_rows``.
+
+    Args:
+        image_bgr: the frame, the size of the shot's others.
+        later: the track of a later frame of the same shot, at that size.
+        later_rows: the rows where that frame showed both rails (``rail_pair_rows`` on its image).
+        hfov_deg: as for ``detect_track``.
+        ignore_mask: as for ``detect_track``.
+
+    Returns:
+        The detection at the frame's size (``followed``), or None and why (``TRACK_OCCLUDED``, or
+        ``FOLLOW_BACK_FAILED`` where the rails are not where ``later`` leads).
+    """
+    height, width = image_bgr.shape[:2]
+    work_image, work_mask = shrunk(image_bgr, ignore_mask, TRACK_WIDTH)
+    work_height, work_width = work_image.shape[:2]
+    prior = later if work_width == width else rescaled(later, work_width, work_height)
+    found = follow_track(work_image, prior, hfov_deg=hfov_deg, ignore_mask=work_mask)
+    if found is None:
+        return TrackResult(None, FOLLOW_BACK_FAILED)
+    detection = found if work_width == width else rescaled(found, width, height)
+    if object_between_rails(image_bgr, detection, ignore_mask=ignore_mask) or track_occluded(
+            image_bgr, detection, later_rows, ignore_mask=ignore_mask):
+        return TrackResult(None, TRACK_OCCLUDED)
+    return TrackResult(detection)
 
 
 def _same_track(a: TrackDetection, b: TrackDetection) -> bool:

@@ -30,12 +30,13 @@ from synrail.rail.camera import (
     prepare_frame,
     settings_for,
 )
-from synrail.rail.detect import TRACK_OCCLUDED, TrackDetection
+from synrail.rail.detect import TRACK_OCCLUDED, TrackDetection, rail_pair_rows
 from synrail.rail.estimate import SegmentationModelTrack, refine_with_segmenter
 from synrail.rail.sequence import (
     FrameEvidence,
     RailFollower,
     SequenceCameraSolution,
+    follow_back,
     frame_evidence,
     frame_geometry,
     solve_shot_cameras,
@@ -263,9 +264,12 @@ class FoundTrack(NamedTuple):
 def find_tracks(cfg: BuildConfig, frames: list[FrameRecord], settings: CameraSettings, cache: Store
                 ) -> tuple[list[FoundTrack], list[tuple[int, str]], int]:
     """Each frame prepared (undistorted, hood cut, regions masked) and searched for the ego track,
-    in frame order, each following the last one's rails within a shot (``RailFollower``); frames
-    where both rails vanish behind something are left out as ``track occluded``, frames the filters
-    kept despite their exposure (``FrameRecord.exposure``) and without a track as under- or overexposed.
+    in frame order, each following the last one's rails within a shot (``RailFollower``); then the
+    frames left without one, from the last to the first, followed from the next frame of their shot
+    that has one (``sequence.follow_back``: the first frames of a shot have no earlier frame to learn
+    from). Frames where both rails vanish behind something are left out as ``track occluded``,
+    frames the filters kept despite their exposure (``FrameRecord.exposure``) and without a track as
+    under- or overexposed.
 
     Args:
         cfg: the build config (the output image size).
@@ -274,8 +278,8 @@ def find_tracks(cfg: BuildConfig, frames: list[FrameRecord], settings: CameraSet
         cache: the store the frames are read from.
 
     Returns:
-        The frames with a track (masks packed to bits: a video's worth of full masks would not fit
-        a worker), (frame index, reason) of the others, and how many shots the frames make.
+        The frames with a track, in frame order (masks packed to bits: a video's worth of full masks
+        would not fit a worker), (frame index, reason) of the others, and how many shots the frames make.
     """
     found, missing = [], []
     # One camera per shot: each frame's fit leads the search in the next.
@@ -284,12 +288,67 @@ def find_tracks(cfg: BuildConfig, frames: list[FrameRecord], settings: CameraSet
         prepared = _prepared(cache, frame, settings, cfg)
         result = follower.detect(prepared.detect_image, hfov_deg=finder_hfov(settings, frame.width, prepared, cfg))
         if result.detection is None:
-            missing.append((frame.frame_index, _why_no_track(frame, result.reason)))
+            missing.append(_NoTrackYet(k, frame, follower.shot, result.reason))
+        else:
+            found.append(_found_track(k, frame, prepared, result.detection, settings, follower.shot))
+    recovered, missing = _follow_back(cfg, found, missing, settings, cache)
+    found = sorted(found + recovered, key=lambda track: track.frame.frame_index)
+    return found, [(m.frame.frame_index, _why_no_track(m.frame, m.reason)) for m in missing], follower.shot + 1
+
+
+class _NoTrackYet(NamedTuple):
+    """A frame the forward search left without a track: its position, the frame, its shot, the reason."""
+
+    position: int
+    frame: FrameRecord
+    shot: int
+    reason: str
+
+
+def _found_track(position: int, frame: FrameRecord, prepared: PreparedFrame, detection: TrackDetection,
+                 settings: CameraSettings, shot: int) -> FoundTrack:
+    """The frame's track as the later steps keep it: the mask packed to bits, the evidence without it."""
+    packed = np.packbits(detection.mask)
+    bare = dataclasses.replace(detection, mask=np.zeros((0, 0), dtype=bool))
+    return FoundTrack(position, frame, frame_evidence(prepared, bare, settings), packed, shot)
+
+
+def _follow_back(cfg: BuildConfig, found: list[FoundTrack], missing: list[_NoTrackYet], settings: CameraSettings,
+                 cache: Store) -> tuple[list[FoundTrack], list[_NoTrackYet]]:
+    """The frames without a track followed from the next frame of their shot that has one, walking
+    back from the last frame (a frame found so leads the one before it); frames refused for
+    something on the track stay refused. Returns the tracks found so and the frames still without."""
+    # per shot, the earliest frame seen so far with a track, and that track (its rows with both rails
+    # in view are measured on its own image when a frame before it needs them)
+    later: dict[int, tuple[FrameRecord, TrackDetection]] = {}
+    rows_seen: dict[int, np.ndarray] = {}
+    recovered, still_missing = [], []
+    walk = sorted([(t.frame.frame_index, t) for t in found] + [(m.frame.frame_index, m) for m in missing],
+                  key=lambda item: item[0], reverse=True)
+    for _, item in walk:
+        if isinstance(item, FoundTrack):
+            size = cfg.image.height * cfg.image.width
+            mask = np.unpackbits(item.packed_mask, count=size).reshape(cfg.image.height, cfg.image.width)
+            later[item.shot] = (item.frame, dataclasses.replace(item.evidence.detection, mask=mask.astype(bool)))
+            rows_seen.pop(item.shot, None)
             continue
-        packed = np.packbits(result.detection.mask)
-        detection: TrackDetection = dataclasses.replace(result.detection, mask=np.zeros((0, 0), dtype=bool))
-        found.append(FoundTrack(k, frame, frame_evidence(prepared, detection, settings), packed, follower.shot))
-    return found, missing, follower.shot + 1
+        if item.reason == TRACK_OCCLUDED or item.shot not in later:
+            still_missing.append(item)
+            continue
+        later_frame, later_track = later[item.shot]
+        if item.shot not in rows_seen:
+            later_image = _prepared(cache, later_frame, settings, cfg).detect_image
+            rows_seen[item.shot] = rail_pair_rows(later_image, later_track)
+        prepared = _prepared(cache, item.frame, settings, cfg)
+        result = follow_back(prepared.detect_image, later_track, rows_seen[item.shot],
+                             hfov_deg=finder_hfov(settings, item.frame.width, prepared, cfg))
+        if result.detection is None:
+            still_missing.append(item if result.reason != TRACK_OCCLUDED else item._replace(reason=result.reason))
+            continue
+        recovered.append(_found_track(item.position, item.frame, prepared, result.detection, settings, item.shot))
+        later[item.shot] = (item.frame, result.detection)
+        rows_seen[item.shot] = rail_pair_rows(prepared.detect_image, result.detection)
+    return recovered, still_missing[::-1]
 
 
 def finder_hfov(settings: CameraSettings, source_width: int, prepared: PreparedFrame, cfg: BuildConfig

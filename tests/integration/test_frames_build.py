@@ -211,3 +211,40 @@ def test_frames_the_output_s_aspect_ratio_cuts_hard_carry_a_note_saying_how_to_k
              for s in list_sequences(str(folder))}
     assert any(n.startswith("frames of phone.jpg are 360x640") for n in notes["phone.jpg"])
     assert not any(n.startswith("frames of") for n in notes["cab.jpg"])
+
+
+@pytest.mark.parametrize("follow_back", [True, False])
+def test_frames_before_the_first_found_one_of_a_shot_are_followed_back_from_it(tmp_path, monkeypatch, follow_back):
+    """The first frames of a shot (a station, a tunnel the train leaves) have no earlier frame to
+    learn from: once a later frame has found the track, the frames before it are followed from it."""
+    from media import approach_frames
+
+    import synrail.stages.videos as videos
+    from synrail.rail.detect import NO_RAIL_PAIR, TrackResult
+    from synrail.rail.sequence import RailFollower
+
+    folder = tmp_path / "frames" / "departure"
+    folder.mkdir(parents=True)
+    frames, _ = approach_frames(5, 5, speed_kmh=60, fps=1)
+    for i, frame in enumerate(frames):
+        cv2.imwrite(str(folder / f"f{i:03d}.png"), frame)
+    search, calls = RailFollower.detect, []
+
+    def blind_on_the_first_two(self, image, **kwargs):  # as the full search on a hard start
+        calls.append(image.shape)
+        return TrackResult(None, NO_RAIL_PAIR) if len(calls) <= 2 else search(self, image, **kwargs)
+
+    monkeypatch.setattr(RailFollower, "detect", blind_on_the_first_two)
+    if not follow_back:
+        monkeypatch.setattr(videos, "_follow_back", lambda cfg, found, missing, settings, cache: ([], missing))
+    cfg = load_config(ROOT / "configs" / "tiny.yaml", {
+        "backgrounds.source": "frames", "backgrounds.frames.url": str(tmp_path / "frames")})
+    [sequence] = list_sequences(str(tmp_path / "frames"))
+    result = videos.prepare_video_backgrounds(cfg, sequence, "train", Store(str(tmp_path / "cache")))
+    kept = sorted(r.frame_index for r in result.records)
+    if follow_back:
+        assert kept == [0, 1, 2, 3, 4] and result.unused == []
+    else:
+        assert kept == [2, 3, 4]
+        assert [(u.frame_index, u.reason) for u in result.unused] == [(0, f"no track: {NO_RAIL_PAIR}"),
+                                                                      (1, f"no track: {NO_RAIL_PAIR}")]

@@ -19,7 +19,7 @@ from synrail.rail.detect import (
     rail_pair_rows,
     track_occluded,
 )
-from synrail.rail.sequence import RailFollower
+from synrail.rail.sequence import FOLLOW_BACK_FAILED, RailFollower, follow_back
 from synrail.sources.procedural_backgrounds import BackgroundSpec, render_background, sample_background_spec
 from synrail.sources.procedural_obstacles import render_cutout
 
@@ -227,3 +227,35 @@ def test_a_clear_track_shows_nothing_between_the_rails(case: tuple[int, str, flo
     found = detect_track(image).detection
     assert found is not None
     assert not object_between_rails(image, found)
+
+
+def test_a_frame_is_followed_back_from_a_later_frame_of_its_shot() -> None:
+    """The first frames of a shot have no earlier one to learn from: a later frame's rails lead the
+    search on them, as an earlier frame's lead the next."""
+    frames = sequence(1, "ballastless", 0.0025)
+    later = detect_track(frames[1][1]).detection
+    assert later is not None
+    spec, first = frames[0]
+    result = follow_back(first, later, rail_pair_rows(frames[1][1], later))
+    assert result.detection is not None and result.detection.followed, result.reason
+    assert covers_truth(spec, result.detection) > 0.9
+
+
+def test_a_frame_followed_back_with_a_vehicle_on_the_track_is_occluded() -> None:
+    frames = sequence(0, "ballasted", 0.0)
+    later = detect_track(frames[1][1]).detection
+    rows = rail_pair_rows(frames[1][1], later)
+    spec, first = frames[0]
+    assert follow_back(first, later, rows).detection is not None  # the control: clear, it is followed
+    blocked = with_obstacle(spec, first, "vehicle", OBSTACLE_Z_M, seed=0)
+    assert follow_back(blocked, later, rows).reason == TRACK_OCCLUDED
+
+
+def test_following_back_from_rails_that_lead_nowhere_finds_nothing() -> None:
+    frames = sequence(2, "ballasted", -0.002)
+    later = detect_track(frames[1][1]).detection
+    gap = float(later.gap_px(HEIGHT - 1))
+    shifted = dataclasses.replace(later, left_fit=dataclasses.replace(later.left_fit, a=later.left_fit.a + 1.5 * gap),
+                                  right_fit=dataclasses.replace(later.right_fit, a=later.right_fit.a + 1.5 * gap))
+    result = follow_back(frames[0][1], shifted, rail_pair_rows(frames[1][1], later))
+    assert result.detection is None and result.reason == FOLLOW_BACK_FAILED
