@@ -318,37 +318,42 @@ def _follow_back(cfg: BuildConfig, found: list[FoundTrack], missing: list[_NoTra
     """The frames without a track followed from the next frame of their shot that has one, walking
     back from the last frame (a frame found so leads the one before it); frames refused for
     something on the track stay refused. Returns the tracks found so and the frames still without."""
-    # per shot, the earliest frame seen so far with a track, and that track (its rows with both rails
-    # in view are measured on its own image when a frame before it needs them)
-    later: dict[int, tuple[FrameRecord, TrackDetection]] = {}
-    rows_seen: dict[int, np.ndarray] = {}
+    # per shot, the earliest frame seen so far with a track, and (once a frame before it needs them)
+    # that track with its mask and the rows where its own image shows both rails
+    later: dict[int, FoundTrack] = {}
+    lead: dict[int, tuple[TrackDetection, np.ndarray]] = {}
     recovered, still_missing = [], []
     walk = sorted([(t.frame.frame_index, t) for t in found] + [(m.frame.frame_index, m) for m in missing],
                   key=lambda item: item[0], reverse=True)
     for _, item in walk:
         if isinstance(item, FoundTrack):
-            size = cfg.image.height * cfg.image.width
-            mask = np.unpackbits(item.packed_mask, count=size).reshape(cfg.image.height, cfg.image.width)
-            later[item.shot] = (item.frame, dataclasses.replace(item.evidence.detection, mask=mask.astype(bool)))
-            rows_seen.pop(item.shot, None)
+            later[item.shot] = item
+            lead.pop(item.shot, None)
             continue
         if item.reason == TRACK_OCCLUDED or item.shot not in later:
             still_missing.append(item)
             continue
-        later_frame, later_track = later[item.shot]
-        if item.shot not in rows_seen:
-            later_image = _prepared(cache, later_frame, settings, cfg).detect_image
-            rows_seen[item.shot] = rail_pair_rows(later_image, later_track)
+        if item.shot not in lead:
+            lead[item.shot] = _lead(later[item.shot], cfg, settings, cache)
         prepared = _prepared(cache, item.frame, settings, cfg)
-        result = follow_back(prepared.detect_image, later_track, rows_seen[item.shot],
+        result = follow_back(prepared.detect_image, *lead[item.shot],
                              hfov_deg=finder_hfov(settings, item.frame.width, prepared, cfg))
         if result.detection is None:
             still_missing.append(item if result.reason != TRACK_OCCLUDED else item._replace(reason=result.reason))
             continue
-        recovered.append(_found_track(item.position, item.frame, prepared, result.detection, settings, item.shot))
-        later[item.shot] = (item.frame, result.detection)
-        rows_seen[item.shot] = rail_pair_rows(prepared.detect_image, result.detection)
+        later[item.shot] = _found_track(item.position, item.frame, prepared, result.detection, settings, item.shot)
+        recovered.append(later[item.shot])
+        lead[item.shot] = (result.detection, rail_pair_rows(prepared.detect_image, result.detection))
     return recovered, still_missing[::-1]
+
+
+def _lead(track: FoundTrack, cfg: BuildConfig, settings: CameraSettings, cache: Store
+          ) -> tuple[TrackDetection, np.ndarray]:
+    """A found frame's track with its mask again, and the rows where its image shows both rails."""
+    height, width = cfg.image.height, cfg.image.width
+    mask = np.unpackbits(track.packed_mask, count=height * width).reshape(height, width).astype(bool)
+    detection = dataclasses.replace(track.evidence.detection, mask=mask)
+    return detection, rail_pair_rows(_prepared(cache, track.frame, settings, cfg).detect_image, detection)
 
 
 def finder_hfov(settings: CameraSettings, source_width: int, prepared: PreparedFrame, cfg: BuildConfig
