@@ -76,9 +76,12 @@ def build(frames: Path, cache: Path, width: int, height: int, forward_only: bool
         videos._follow_back = shipped
 
 
-def overlap_with_nearest(index: int, kept: dict[int, np.ndarray]) -> tuple[int, float]:
-    """The nearest kept frame to ``index`` and the IoU of its track area with ``kept[index]``'s."""
-    nearest = min((i for i in kept if i != index), key=lambda i: abs(i - index))
+def overlap_with_nearest(index: int, kept: dict[int, np.ndarray]) -> tuple[int, float] | None:
+    """The nearest other kept frame to ``index`` and the IoU of its track area with ``kept[index]``'s
+    (None when no other frame was kept)."""
+    nearest = min((i for i in kept if i != index), key=lambda i: abs(i - index), default=None)
+    if nearest is None:
+        return None
     a, b = kept[index], kept[nearest]
     return nearest, float((a & b).sum() / max(1, (a | b).sum()))
 
@@ -112,8 +115,9 @@ def main() -> None:
             figures["runs"][video.name][mode] = {"frames": count, "kept": len(result.records)}
         forward = areas["forward"]
         for index in sorted(set(areas["follow back"]) - set(forward)):
-            nearest, iou = overlap_with_nearest(index, {**forward, index: areas["follow back"][index]})
-            print(f"  frame {index} kept only by following back: IoU {iou:.2f} with frame {nearest}")
+            overlap = overlap_with_nearest(index, {**forward, index: areas["follow back"][index]})
+            print(f"  frame {index} kept only by following back" + (
+                "" if overlap is None else f": IoU {overlap[1]:.2f} with frame {overlap[0]}"))
         lost = sorted(set(forward) - set(areas["follow back"]))
         if lost:
             print(f"  kept by the forward pass alone: frames {lost} (the camera solve, with more frames, differs)")
