@@ -1,18 +1,19 @@
 """Frames of a cab video a build keeps with and without following back from later frames.
 
-    python benchmarks/follow_back.py VIDEO [VIDEO ...] [--step 5] [--width 1280 --height 720]
-        [--degrade dark --first 10] [--json OUT.json]
+    python benchmarks/follow_back.py VIDEO [VIDEO ...] [--step 5 ...] [--width 1280]
+        [--degrade none dark ... --first 10] [--json OUT.json]
 
-Each video is read every ``--step`` frames into a frames folder and built as a build reads a frames
-folder (``stages.videos.prepare_video_backgrounds``, the default config with ``backgrounds.source:
-frames`` and the output size given): once with the forward pass alone (``RailFollower``: each frame
-learns from the frames before it), once as shipped, where the frames still without a track are
-followed back from the next frame of their shot that has one (``sequence.follow_back``). With
-``--degrade`` the ``--first`` frames are degraded as ``benchmarks/rail.py --conditions`` degrades
-labelled frames (a shot that starts at night, in a tunnel or in the rain). Prints, per video and
-mode, the frames kept and the reasons of the others; for each frame only following back kept, the
-intersection over union of its track area with the nearest frame the forward pass kept (the camera
-moves little between sampled frames, so a track followed onto the right rails overlaps it).
+Each video is read every ``--step`` frames (each value a run) into a frames folder and built as a
+build reads a frames folder (``stages.videos.prepare_video_backgrounds``, the default config with
+``backgrounds.source: frames``, the output ``--width`` wide and of the video's own aspect ratio, so
+that no frame is cropped): once with the forward pass alone (``RailFollower``: each frame learns
+from the frames before it), once as shipped, where the frames still without a track are followed
+back from the next frame of their shot that has one (``sequence.follow_back``). With ``--degrade``
+the ``--first`` frames are degraded (each condition a run) as ``benchmarks/rail.py --conditions``
+degrades labelled frames: a shot that starts at night, in a tunnel or in the rain. Prints, per run
+and mode, the frames kept and the reasons of the others; for each frame only following back kept,
+the intersection over union of its track area with the nearest frame the forward pass kept (the
+camera moves little between sampled frames, so a track followed onto the right rails overlaps it).
 """
 
 from __future__ import annotations
@@ -86,41 +87,62 @@ def overlap_with_nearest(index: int, kept: dict[int, np.ndarray]) -> tuple[int, 
     return nearest, float((a & b).sum() / max(1, (a | b).sum()))
 
 
+def output_size(video: Path, width: int) -> tuple[int, int]:
+    """``width`` and the height of the video's aspect ratio at that width (even)."""
+    capture = cv2.VideoCapture(str(video))
+    source = (capture.get(cv2.CAP_PROP_FRAME_WIDTH), capture.get(cv2.CAP_PROP_FRAME_HEIGHT))
+    capture.release()
+    if not source[0]:
+        raise SystemExit(f"{video}: not a readable video")
+    return width, 2 * round(width * source[1] / source[0] / 2)
+
+
+def compare(video: Path, step: int, degrade: str | None, first: int, width: int) -> dict[str, float]:
+    """One run: the video built both ways; its figures (frames read, kept each way, added, lost)."""
+    size = output_size(video, width)
+    with tempfile.TemporaryDirectory() as scratch:
+        frames = Path(scratch) / "frames" / video.stem
+        frames.mkdir(parents=True)
+        count = write_frames(video, frames, step, degrade, first)
+        results = {mode: build(frames.parent, Path(scratch) / f"cache-{mode}", *size, forward_only=mode == "forward")
+                   for mode in ("forward", "follow back")}
+    areas = {mode: {r.frame_index: decode_rle(r.rail_area).astype(bool) for r in result.records}
+             for mode, result in results.items()}
+    name = f"{video.name} every {step}" + (f", the first {first} {degrade}" if degrade else "")
+    for mode, result in results.items():
+        reasons = Counter(u.reason.split(":")[0] for u in result.unused)
+        print(f"{name} ({count} frames read, {size[0]}x{size[1]}) {mode}: {len(result.records)} kept; "
+              + ", ".join(f"{reason} {n}" for reason, n in reasons.most_common()))
+    forward, both = areas["forward"], areas["follow back"]
+    for index in sorted(set(both) - set(forward)):
+        overlap = overlap_with_nearest(index, {**forward, index: both[index]})
+        print(f"  frame {index} kept only by following back" + (
+            "" if overlap is None else f": IoU {overlap[1]:.2f} with frame {overlap[0]}"))
+    lost = sorted(set(forward) - set(both))
+    if lost:
+        print(f"  kept by the forward pass alone: frames {lost} (the camera solve, with more frames, differs)")
+    return {"frames read": count, "kept, forward pass": len(forward), "kept, following back": len(both),
+            "added": len(set(both) - set(forward)), "lost": len(lost)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("videos", type=Path, nargs="+")
-    parser.add_argument("--step", type=int, default=5, help="read every STEP-th frame")
-    parser.add_argument("--width", type=int, default=1280, help="output width (footage aspect: frames whole)")
-    parser.add_argument("--height", type=int, default=720)
-    parser.add_argument("--degrade", choices=sorted(CONDITIONS_REAL), default=None)
+    parser.add_argument("--step", type=int, nargs="+", default=[5], help="read every STEP-th frame (each a run)")
+    parser.add_argument("--width", type=int, default=1280, help="output width; its height keeps the video's aspect")
+    parser.add_argument("--degrade", nargs="+", choices=["none", *sorted(CONDITIONS_REAL)], default=["none"],
+                        help="conditions for the first frames (each a run)")
     parser.add_argument("--first", type=int, default=10, help="frames degraded at the start (with --degrade)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    figures = new_results("benchmarks/follow_back.py")
+    figures = new_results("benchmarks/follow_back.py", "not timed")
     for video in args.videos:
-        with tempfile.TemporaryDirectory() as scratch:
-            frames = Path(scratch) / "frames" / video.stem
-            frames.mkdir(parents=True)
-            count = write_frames(video, frames, args.step, args.degrade, args.first)
-            results = {mode: build(frames.parent, Path(scratch) / f"cache-{mode}", args.width, args.height,
-                                   forward_only=mode == "forward")
-                       for mode in ("forward", "follow back")}
-        areas = {mode: {r.frame_index: decode_rle(r.rail_area).astype(bool) for r in result.records}
-                 for mode, result in results.items()}
-        figures["runs"][video.name] = {}
-        for mode, result in results.items():
-            reasons = Counter(u.reason.split(":")[0] for u in result.unused)
-            print(f"{video.name} ({count} frames read) {mode}: {len(result.records)} kept; "
-                  + ", ".join(f"{reason} {n}" for reason, n in reasons.most_common()))
-            figures["runs"][video.name][mode] = {"frames": count, "kept": len(result.records)}
-        forward = areas["forward"]
-        for index in sorted(set(areas["follow back"]) - set(forward)):
-            overlap = overlap_with_nearest(index, {**forward, index: areas["follow back"][index]})
-            print(f"  frame {index} kept only by following back" + (
-                "" if overlap is None else f": IoU {overlap[1]:.2f} with frame {overlap[0]}"))
-        lost = sorted(set(forward) - set(areas["follow back"]))
-        if lost:
-            print(f"  kept by the forward pass alone: frames {lost} (the camera solve, with more frames, differs)")
+        runs = figures["runs"].setdefault(video.name, {})
+        for step in args.step:
+            for degrade in args.degrade:
+                condition = None if degrade == "none" else degrade
+                setting = f"every {step}" + ("" if condition is None else f", first {args.first} {condition}")
+                runs[setting] = compare(video, step, condition, args.first, args.width)
     if args.json is not None:
         write_results(args.json, figures)
 

@@ -13,11 +13,13 @@ def test_a_video_is_built_both_ways_and_the_figures_are_written(tmp_path, monkey
     frames, _ = approach_frames(4, 4, speed_kmh=60, fps=1)
     video = write_mp4(tmp_path / "ride.mp4", frames, fps=1)
     out = tmp_path / "follow_back.json"
-    monkeypatch.setattr(sys, "argv", ["follow_back.py", str(video), "--step", "1", "--width", "640",
-                                      "--height", "360", "--degrade", "dark", "--first", "1", "--json", str(out)])
+    monkeypatch.setattr(sys, "argv", ["follow_back.py", str(video), "--step", "1", "2", "--width", "640",
+                                      "--degrade", "none", "dark", "--first", "1", "--json", str(out)])
     follow_back.main()
     runs = json.loads(out.read_text())["runs"]["ride.mp4"]
-    assert set(runs) == {"forward", "follow back"}
-    assert all(run["frames"] == 4 for run in runs.values())
-    assert runs["forward"]["kept"] >= 3 and runs["follow back"]["kept"] >= runs["forward"]["kept"]
-    assert "ride.mp4 (4 frames read) follow back" in capsys.readouterr().out
+    assert set(runs) == {"every 1", "every 1, first 1 dark", "every 2", "every 2, first 1 dark"}
+    assert runs["every 1"]["frames read"] == 4 and runs["every 2"]["frames read"] == 2
+    for figures in runs.values():
+        assert figures["kept, forward pass"] >= 1
+        assert figures["kept, following back"] == figures["kept, forward pass"] + figures["added"] - figures["lost"]
+    assert "ride.mp4 every 1, the first 1 dark (4 frames read, 640x360) follow back" in capsys.readouterr().out
