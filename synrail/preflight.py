@@ -53,6 +53,7 @@ from synrail.stages.videos import (
     sequence_camera_record,
     shot_cameras,
     source_videos,
+    unpacked_mask,
     video_camera_settings,
 )
 from synrail.storage.codecs import decode_image
@@ -234,8 +235,8 @@ def inspect_footage(cfg: BuildConfig, video: VideoRef, frames_per_video: int, ca
         if geometry is None:
             outcome[frame.frame_index] = (None, reason, False)
             continue
-        mask = np.unpackbits(packed, count=image.shape[0] * image.shape[1]).reshape(image.shape[:2]).astype(bool)
-        mask = _track_mask(image, cfg, mask, frame.frame_index)  # the segmenter's refinement, when configured
+        # the segmenter's refinement, when configured
+        mask = _track_mask(image, cfg, unpacked_mask(packed, image.shape[:2]), frame.frame_index)
         outcome[frame.frame_index] = (mask, _geometry_note(geometry, evidence.detection.confidence), True)
     for index, reason in missing:
         outcome[index] = (None, reason, False)

@@ -186,8 +186,7 @@ def prepare_video_backgrounds(cfg: BuildConfig, video: VideoRef, split: str | No
                                       source_url=video.frame_url(frame.frame_index)))
             continue
         image = _prepared(cache, frame, settings, cfg).image
-        detection_mask = np.unpackbits(packed_mask, count=image.shape[0] * image.shape[1]).reshape(image.shape[:2])
-        mask = _track_mask(image, cfg, detection_mask.astype(bool), frame.frame_index)
+        mask = _track_mask(image, cfg, unpacked_mask(packed_mask, image.shape[:2]), frame.frame_index)
         png = encode_image(image, ".png")
         sha = sha256_bytes(png)
         path = f"backgrounds/{sha[:24]}.png"
@@ -313,6 +312,19 @@ def _found_track(position: int, frame: FrameRecord, prepared: PreparedFrame, det
     return FoundTrack(position, frame, frame_evidence(prepared, bare, settings), packed, shot)
 
 
+def unpacked_mask(packed: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """A ``FoundTrack``'s packed track mask as the H x W boolean mask it was packed from.
+
+    Args:
+        packed: ``FoundTrack.packed_mask``.
+        shape: the prepared frame's (height, width).
+
+    Returns:
+        The boolean mask.
+    """
+    return np.unpackbits(packed, count=shape[0] * shape[1]).reshape(shape).astype(bool)
+
+
 def _follow_back(cfg: BuildConfig, found: list[FoundTrack], missing: list[_NoTrackYet], settings: CameraSettings,
                  cache: Store) -> tuple[list[FoundTrack], list[_NoTrackYet]]:
     """The frames without a track followed from the next frame of their shot that has one, walking
@@ -350,8 +362,7 @@ def _follow_back(cfg: BuildConfig, found: list[FoundTrack], missing: list[_NoTra
 def _lead(track: FoundTrack, cfg: BuildConfig, settings: CameraSettings, cache: Store
           ) -> tuple[TrackDetection, np.ndarray]:
     """A found frame's track with its mask again, and the rows where its image shows both rails."""
-    height, width = cfg.image.height, cfg.image.width
-    mask = np.unpackbits(track.packed_mask, count=height * width).reshape(height, width).astype(bool)
+    mask = unpacked_mask(track.packed_mask, (cfg.image.height, cfg.image.width))
     detection = dataclasses.replace(track.evidence.detection, mask=mask)
     return detection, rail_pair_rows(_prepared(cache, track.frame, settings, cfg).detect_image, detection)
 
