@@ -2,6 +2,7 @@
 the track finder), alone or against another checkout whose findings must be the same.
 
     python benchmarks/finder_speed.py FRAMES [--width 1280] [--step 1] [--repeats 2] [--against DIR]
+        [--json OUT.json]
 
 FRAMES is a frames folder (JPEG or PNG images, as a build reads them; the real frames that
 ``benchmarks/real/extract.py`` rebuilds, say). Each frame is resized to ``--width`` columns and
@@ -11,7 +12,10 @@ its own shipped model). The checkouts take turns frame by
 frame, so a drift in the machine's speed (a third within an hour on a shared machine) falls on both
 alike. Prints the median and mean CPU milliseconds of each part and of the whole per checkout and,
 with ``--against``, the frames whose findings differ (reason, rail fits, rows, confidence, mask
-area): a change meant only for speed must list none. Exits 1 when any differ.
+area): a change meant only for speed must list none. Exits 1 when any differ. ``--json`` writes the
+same figures per checkout (its folder and commit) for all frames, the frames where a track was found
+and those refused (a refused frame is searched further: every candidate, the learned proposal, the
+coarse look).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import cv2
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script: the benchmarks package beside synrail
 PARTS = ("filters", "learned", "finder")
 
 
@@ -83,11 +88,42 @@ def differing(findings: list[list[list]]) -> list[int]:
             if any(other != per_frame[0] for other in per_frame)]
 
 
+def figures(ms: np.ndarray) -> dict[str, float]:
+    """Frame count and median and mean CPU ms of each part and of the whole (frames x parts)."""
+    out: dict[str, float] = {"frames": len(ms)}
+    for name, values in [*zip(PARTS, ms.T, strict=True), ("total", ms.sum(axis=1))]:
+        out[f"{name} median"] = float(np.median(values)) if len(values) else float("nan")
+        out[f"{name} mean"] = float(values.mean()) if len(values) else float("nan")
+    return out
+
+
+def checkout_name(root: Path) -> str:
+    """The checkout's folder and its commit (``+`` where its tree has changes), as the JSON names it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "no commit"
+    return f"{root.name} at {commit}{'+' if git('status', '--porcelain', '--untracked-files=no') else ''}"
+
+
 def summary(ms: np.ndarray) -> str:
     """Median and mean CPU ms of each part and of the whole (frames x parts)."""
     parts = "  ".join(f"{part} {np.median(ms[:, i]):.1f}/{ms[:, i].mean():.1f}" for i, part in enumerate(PARTS))
     total = ms.sum(axis=1)
     return f"{parts}  total {np.median(total):.1f}/{total.mean():.1f} ms (median/mean)"
+
+
+def speed_results(roots: list[Path], ms: np.ndarray, findings: list[list[list]], width: int) -> dict:
+    """The figures per checkout (``ms``: checkout x frame x part) for all frames, the frames each
+    checkout found a track on and those it refused, as ``benchmarks.results`` documents them."""
+    from benchmarks.results import new_results
+
+    results = new_results("benchmarks/finder_speed.py", timing="CPU time, one thread")
+    for root, per_frame, found in zip(roots, ms, findings, strict=True):
+        refused = np.array([len(finding) == 1 for finding in found], dtype=bool)
+        results["runs"][f"{checkout_name(root)}, {width} columns"] = {
+            "all": figures(per_frame), "found": figures(per_frame[~refused]), "refused": figures(per_frame[refused])}
+    return results
 
 
 def main() -> int:
@@ -97,6 +133,7 @@ def main() -> int:
     parser.add_argument("--step", type=int, default=1, help="every step-th frame, in name order")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--against", type=Path, help="another checkout, measured in turn with this one")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker is not None:
@@ -145,6 +182,10 @@ def main() -> int:
         return 2
     for root, per_frame in zip(roots, ms, strict=True):
         print(f"{root}: {len(measured)} frames at {args.width} columns: {summary(np.array(per_frame))}")
+    if args.json is not None:
+        from benchmarks.results import write_results
+
+        write_results(args.json, speed_results(roots, np.array(ms), findings, args.width))
     if len(roots) == 1:
         return 0
     changed = [measured[index].name for index in differing(findings)]

@@ -389,7 +389,9 @@ def detect_track(image_bgr: np.ndarray, *, hfov_deg: float | None = None, max_ro
         segments = _ridge_segments(grey, max(0, first_row), frame.keep)
     except _NoTrack as failure:
         first_failure = failure
-    mounts = ([_Mount(offset=mount_offset)] if mount_offset is not None else []) + [_CENTRED, _ANYWHERE]
+    mounts = ([_Mount(offset=mount_offset)] if mount_offset is not None else []) + [_CENTRED]
+    if area is not None:  # a pair under any other mount is taken on the learned area's word only
+        mounts.append(_ANYWHERE)
     ambiguous: list[tuple[_PairModel, tuple[int, int], _Mount]] = []
     contested: TrackDetection | None = None
     for mount in mounts if segments is not None else ():
@@ -673,7 +675,9 @@ def _learned_proposal(area: np.ndarray, horizon_limits: tuple[float, float]
     the rail centres the pair model follows.
     """
     height, width = area.shape
-    count, labels, stats, _ = cv2.connectedComponentsWithStats(area.astype(np.uint8), connectivity=8)
+    # Grana's block-based labelling: the same components, in a third of the default's time here.
+    count, labels, stats, _ = cv2.connectedComponentsWithStatsWithAlgorithm(area.astype(np.uint8), 8, cv2.CV_32S,
+                                                                            cv2.CCL_GRANA)
     low_enough = [i for i in range(1, count)
                   if stats[i, cv2.CC_STAT_TOP] + stats[i, cv2.CC_STAT_HEIGHT] >= 0.7 * height]
     if not low_enough:
@@ -1167,22 +1171,30 @@ def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_l
     with np.errstate(invalid="ignore"):
         bottom_gap = gap_slope * (bottom - vp_v)
     strong = strong[np.argsort(bottom_gap[strong[:, 0], strong[:, 1]], kind="stable")]
+    i, j = strong[:, 0], strong[:, 1]
+    models = np.stack([vp_v[i, j], vp_u[i, j], 0.5 * (ml[i, 0] + mr[0, j]), 0.5 * gap_slope[i, j]], axis=1)
+    # Every strong pair's rails on the bottom row at once (as ``_PairModel.predict`` puts them).
+    left, right = _PairModel(horizon_v=models[:, 0], a=models[:, 1], b=models[:, 2], c=0.0,
+                             d=models[:, 3]).predict(np.full(len(models), bottom))
     candidates: list[tuple[_PairModel, tuple[int, int]]] = []
-    for i, j in strong:
-        model = _PairModel(horizon_v=float(vp_v[i, j]), a=float(vp_u[i, j]), b=float(0.5 * (ml[i, 0] + mr[0, j])),
-                           c=0.0, d=float(0.5 * gap_slope[i, j]))
-        if any(_same_rails(model, other, bottom) for other, _ in candidates):
+    kept: list[tuple[float, float]] = []
+    bottom_rails = zip(left.tolist(), right.tolist(), strict=True)
+    for (i, j), (horizon_v, a, b, d), rails in zip(strong, models.tolist(), bottom_rails, strict=True):
+        if any(_same_rails(*rails, *other) for other in kept):
             continue  # another segment of the same two rails
-        candidates.append((model, (int(math.ceil(max(low[i], low[j]))), int(math.floor(min(high[i], high[j]))))))
+        kept.append(rails)
+        candidates.append((_PairModel(horizon_v=horizon_v, a=a, b=b, c=0.0, d=d),
+                           (int(math.ceil(max(low[i], low[j]))), int(math.floor(min(high[i], high[j]))))))
         if len(candidates) == limit:
             break
     return candidates
 
 
-def _same_rails(a: _PairModel, b: _PairModel, row: float) -> bool:
-    """Whether two pair models put both rails within a tenth of the gap of each other at ``row``."""
-    rails_a, rails_b = np.array(a.predict(np.array([row]))), np.array(b.predict(np.array([row])))
-    return bool(np.all(np.abs(rails_a - rails_b) <= 0.1 * (rails_a[1] - rails_a[0])))
+def _same_rails(left: float, right: float, other_left: float, other_right: float) -> bool:
+    """Whether two pairs' rails (their columns on one row) lie within a tenth of the first pair's gap
+    of each other."""
+    tolerance = 0.1 * (right - left)
+    return abs(left - other_left) <= tolerance and abs(right - other_right) <= tolerance
 
 
 # -- stage 2: following the rails -------------------------------------------------------------

@@ -1,6 +1,7 @@
 """benchmarks/finder_speed.py: per-part CPU figures for each checkout measured in turn, and the frames
 whose findings differ between them."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,8 +25,10 @@ def test_two_turns_of_one_checkout_give_figures_and_the_same_findings(tmp_path):
         cv2.imwrite(str(tmp_path / f"frame{index}.png"), render_background(spec))
     cv2.imwrite(str(tmp_path / "blank.jpg"), np.full((270, 480, 3), 120, np.uint8))
     (tmp_path / "broken.png").write_bytes(b"not a png")
+    out = tmp_path / "out" / "speed.json"
+    out.parent.mkdir()
     result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "--width", "480", "--repeats", "1",
-                             "--against", str(ROOT)], capture_output=True, text=True, timeout=600)
+                             "--against", str(ROOT), "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 3
@@ -34,6 +37,14 @@ def test_two_turns_of_one_checkout_give_figures_and_the_same_findings(tmp_path):
         assert " learned " in line and " finder " in line and line.endswith("ms (median/mean)")
     assert lines[2] == "3 frames with the same findings, 0 differ"
     assert "broken.png: not a readable image, left out" in result.stderr
+    written = json.loads(out.read_text())
+    assert written["command"].startswith("python benchmarks/finder_speed.py ")
+    assert len(written["runs"]) == 1  # one checkout twice: one name
+    (run, groups), = written["runs"].items()
+    assert run.startswith(f"{ROOT.name} at ") and run.endswith(", 480 columns")
+    assert groups["all"]["frames"] == 3 and groups["refused"]["frames"] >= 1  # the blank frame
+    assert groups["found"]["frames"] + groups["refused"]["frames"] == 3
+    assert groups["all"]["total mean"] > 0 and groups["all"]["total median"] > 0
 
 
 def test_frames_whose_findings_differ_are_named():

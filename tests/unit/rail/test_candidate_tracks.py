@@ -70,6 +70,26 @@ def test_a_candidate_pair_that_comes_up_under_two_mounts_is_followed_once(monkey
 
     monkeypatch.setattr(detect, "_track_rails", counted_track_rails)
     monkeypatch.setattr(detect, "_followed_rails", counted_followed_rails)
-    assert detect_track(image).reason == PAIR_NOT_SUPPORTED
+    nowhere = np.zeros(image.shape[:2], dtype=bool)  # a learned area, so that every mount is searched
+    assert detect_track(image, track_area=nowhere).reason == PAIR_NOT_SUPPORTED
     assert len(followed) == len(set(followed)) < len(asked)
     assert set(followed) == set(asked)
+
+
+def test_without_a_learned_area_only_the_mounts_that_settle_a_pair_are_searched(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    image, _ = wide_scene(1.0)  # a gauge beside the camera: only the off-centre mount has pairs to follow
+    mounts = []
+    followed_pair = detect._followed_pair
+
+    def recorded(frame, model, seen_rows, horizon_limits, width, height, mount, **kwargs):
+        mounts.append(mount)
+        return followed_pair(frame, model, seen_rows, horizon_limits, width, height, mount, **kwargs)
+
+    monkeypatch.setattr(detect, "_followed_pair", recorded)
+    nowhere = np.zeros(image.shape[:2], dtype=bool)
+    with_area = detect_track(image, track_area=nowhere).reason
+    assert any(not mount.settles for mount in mounts)
+    mounts.clear()
+    assert detect_track(image).reason == with_area  # nothing there could be taken without the area's word
+    assert mounts and all(mount.settles for mount in mounts)
