@@ -87,12 +87,14 @@ def test_training_on_labelled_real_frames_of_one_split_checks_only_the_other(tmp
     out = tmp_path / "tiny.onnx"
     result = subprocess.run([sys.executable, str(ROOT / "tools" / "train_track_model.py"), "--out", str(out),
                              "--renders", "8", "--epochs", "1", "--size", "64x36", "--threads", "1",
-                             "--train-real", str(real), "--train-split", "even", "--real", str(real)],
+                             "--train-real", str(real), "--train-split", "even", "--real", str(real),
+                             "--randconv", "0.5"],
                             capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     sidecar = json.loads(out.with_suffix(".json").read_text())
     assert sidecar["trained_on_real"] == {"dirs": [str(real)], "split": "even", "frames": 2, "repeats": 8}
     assert (sidecar["real_frames"], sidecar["real_null_frames"]) == (1, 1)  # f_1 and the null f_3: odd
+    assert sidecar["randconv"] == 0.5
 
 
 def test_training_loss_ignores_the_rows_a_real_label_does_not_cover():
@@ -109,6 +111,26 @@ def test_training_loss_ignores_the_rows_a_real_label_does_not_cover():
     assert torch.isclose(dice_bce(logits, target), dice_bce(changed, target))
     changed[..., 3, 0] += 5.0  # a labelled background pixel called track: the loss grows
     assert dice_bce(changed, target) > dice_bce(logits, target)
+
+
+def test_random_convolution_changes_the_share_of_images_asked_keeping_their_range_and_shapes():
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "tools"))
+    from train_track_model import random_convolution
+
+    images = torch.zeros(64, 3, 36, 64)
+    images[..., 10:30, 20:30] = 0.8  # a bright block on black: its outline must survive
+    images[..., 0, :, :] += 0.1
+    unchanged = random_convolution(images, 0.0, torch.Generator().manual_seed(0))
+    assert torch.equal(unchanged, images)
+    out = random_convolution(images, 0.5, torch.Generator().manual_seed(0))
+    assert torch.equal(out, random_convolution(images, 0.5, torch.Generator().manual_seed(0)))  # seeded
+    changed = (out != images).flatten(1).any(dim=1)
+    assert 16 <= int(changed.sum()) <= 48 and out.shape == images.shape
+    assert float(out.min()) >= 0.0 and float(out.max()) <= 1.0
+    # Texture and colour change, the shape stays: inside the block differs from outside it.
+    block, rest = out[changed][..., 12:28, 22:28].mean(dim=(2, 3)), out[changed][..., 32:, 40:].mean(dim=(2, 3))
+    assert bool(((block - rest).abs().max(dim=1).values > 0.05).all())
 
 
 def test_render_cache_is_keyed_by_the_scene_ranges(tmp_path, monkeypatch):
