@@ -62,11 +62,15 @@ def blur_score(image: np.ndarray) -> float:
     as it is: enlarging it would add the very blur the measure looks for (RailSem19 frames shrunk to
     360 columns measure 0.31 as they are, 0.39 enlarged, against 0.30 at 640).
     """
-    grey = _grey(image)
-    if grey.shape[1] > BLUR_WIDTH:
-        rows = max(8, round(grey.shape[0] * BLUR_WIDTH / grey.shape[1]))
-        grey = cv2.resize(grey, (BLUR_WIDTH, rows), interpolation=cv2.INTER_AREA)
-    return _blur_effect(grey.astype(np.float32))
+    return _blur_effect(_at_working_width(_grey(image)).astype(np.float32))
+
+
+def _at_working_width(grey: np.ndarray) -> np.ndarray:
+    """The grey frame shrunk to ``BLUR_WIDTH`` columns (aspect kept); as it is when not wider."""
+    if grey.shape[1] <= BLUR_WIDTH:
+        return grey
+    rows = max(8, round(grey.shape[0] * BLUR_WIDTH / grey.shape[1]))
+    return cv2.resize(grey, (BLUR_WIDTH, rows), interpolation=cv2.INTER_AREA)
 
 
 def _blur_effect(grey: np.ndarray, h_size: int = 11) -> float:
@@ -93,14 +97,24 @@ def exposure_stats(image: np.ndarray) -> tuple[float, float, float]:
     lower half: the ground, where the track runs and obstacles are pasted. A bright sky or a dark
     tunnel mouth around a lit track does not make a frame unusable; a dark or blown-out track does."""
     grey = _grey(image)
-    ground = grey[grey.shape[0] // 2:]
-    return float(ground.mean()), float((ground <= DARK_LEVEL).mean()), float((ground >= BRIGHT_LEVEL).mean())
+    ground = np.ascontiguousarray(grey[grey.shape[0] // 2:])
+    # From the histogram: the same figures as the pixels' mean and shares, in half their time.
+    histogram = cv2.calcHist([ground], [0], None, [256], [0, 256]).ravel().astype(np.float64)
+    pixels = histogram.sum()
+    return (float(histogram @ np.arange(256) / pixels), float(histogram[:DARK_LEVEL + 1].sum() / pixels),
+            float(histogram[BRIGHT_LEVEL:].sum() / pixels))
 
 
 def phash(image: np.ndarray) -> int:
     """64-bit perceptual hash: signs of the lowest 8x8 DCT frequencies of a 32x32 grey thumbnail,
-    thresholded at the median of the AC terms (the DC term is the mean brightness, not structure)."""
-    thumb = cv2.resize(_grey(image), (32, 32), interpolation=cv2.INTER_AREA).astype(np.float32)
+    thresholded at the median of the AC terms (the DC term is the mean brightness, not structure).
+    The thumbnail is shrunk from the frame at the blur's working width: a quarter of the time of
+    shrinking a 1280-column frame at once, and the same hash but for a bit or two."""
+    return _dct_hash(_at_working_width(_grey(image)))
+
+
+def _dct_hash(grey: np.ndarray) -> int:
+    thumb = cv2.resize(grey, (32, 32), interpolation=cv2.INTER_AREA).astype(np.float32)
     low = cv2.dct(thumb)[:8, :8].ravel()
     bits = low > np.median(low[1:])
     return int("".join("1" if b else "0" for b in bits), 2)
@@ -139,8 +153,10 @@ def measure_frame(image: np.ndarray) -> FrameMeasures:
     Returns:
         The measures.
     """
-    grey = _grey(image)  # once: each measure works on the grey frame
-    return FrameMeasures(*exposure_stats(grey), blur=blur_score(grey), phash=phash(grey))
+    grey = _grey(image)  # once: each measure works on the grey frame, blur and hash on it shrunk
+    working = _at_working_width(grey)
+    return FrameMeasures(*exposure_stats(grey), blur=_blur_effect(working.astype(np.float32)),
+                         phash=_dct_hash(working))
 
 
 # -- obstacle detectors --------------------------------------------------------------------------
