@@ -93,8 +93,8 @@ def _blur_effect(grey: np.ndarray, h_size: int = 11) -> float:
 
 
 def exposure_stats(image: np.ndarray) -> tuple[float, float, float]:
-    """(mean luma, fraction of crushed-black pixels, fraction of clipped-white pixels) of the frame's
-    lower half: the ground, where the track runs and obstacles are pasted. A bright sky or a dark
+    """(mean luma, fraction of crushed-black pixels, fraction of clipped-white pixels) of the 8-bit
+    frame's lower half: the ground, where the track runs and obstacles are pasted. A bright sky or a dark
     tunnel mouth around a lit track does not make a frame unusable; a dark or blown-out track does."""
     grey = _grey(image)
     ground = np.ascontiguousarray(grey[grey.shape[0] // 2:])
