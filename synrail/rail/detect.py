@@ -1173,7 +1173,8 @@ def _ego_pair_candidates(segments: _Segments, width: int, height: int, horizon_l
     strong = strong[np.argsort(bottom_gap[strong[:, 0], strong[:, 1]], kind="stable")]
     i, j = strong[:, 0], strong[:, 1]
     models = np.stack([vp_v[i, j], vp_u[i, j], 0.5 * (ml[i, 0] + mr[0, j]), 0.5 * gap_slope[i, j]], axis=1)
-    # Every strong pair's rails on the bottom row at once (as ``_PairModel.predict`` puts them).
+    # Every strong pair's rails on the bottom row at once: ``_PairModel.predict`` on arrays of the
+    # pairs' parameters, the same arithmetic as on one pair's.
     left, right = _PairModel(horizon_v=models[:, 0], a=models[:, 1], b=models[:, 2], c=0.0,
                              d=models[:, 3]).predict(np.full(len(models), bottom))
     candidates: list[tuple[_PairModel, tuple[int, int]]] = []
