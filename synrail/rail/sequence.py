@@ -185,9 +185,7 @@ class RailFollower:
     def _occluded(self, image_bgr: np.ndarray, detection: TrackDetection, ignore_mask: np.ndarray | None) -> bool:
         """Whether something stands between the rails, or hides them where the shot's last clear
         frame showed them."""
-        return object_between_rails(image_bgr, detection, ignore_mask=ignore_mask) or (
-            self._expected is not None and track_occluded(image_bgr, detection, self._expected,
-                                                          ignore_mask=ignore_mask))
+        return _hidden(image_bgr, detection, self._expected, ignore_mask)
 
     @property
     def mount_offset(self) -> float | None:
@@ -230,10 +228,17 @@ def follow_back(image_bgr: np.ndarray, later: TrackDetection, later_rows: np.nda
     if found is None:
         return TrackResult(None, FOLLOW_BACK_FAILED)
     detection = found if work_width == width else rescaled(found, width, height)
-    if object_between_rails(image_bgr, detection, ignore_mask=ignore_mask) or track_occluded(
-            image_bgr, detection, later_rows, ignore_mask=ignore_mask):
+    if _hidden(image_bgr, detection, later_rows, ignore_mask):
         return TrackResult(None, TRACK_OCCLUDED)
     return TrackResult(detection)
+
+
+def _hidden(image_bgr: np.ndarray, detection: TrackDetection, expected_rows: np.ndarray | None,
+            ignore_mask: np.ndarray | None) -> bool:
+    """Whether something stands between the rails, or hides them on ``expected_rows`` (the rows where
+    a neighbouring frame of the shot showed both; None: none known)."""
+    return object_between_rails(image_bgr, detection, ignore_mask=ignore_mask) or (
+        expected_rows is not None and track_occluded(image_bgr, detection, expected_rows, ignore_mask=ignore_mask))
 
 
 def _same_track(a: TrackDetection, b: TrackDetection) -> bool:
