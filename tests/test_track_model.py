@@ -67,6 +67,48 @@ def test_training_script_runs_end_to_end_and_its_onnx_loads_in_opencv(tmp_path):
     assert 0.0 <= prob.min() and prob.max() <= 1.0
 
 
+def test_fine_tuning_starts_from_the_exported_model_and_keeps_its_batch_norms(tmp_path):
+    base = tmp_path / "base.onnx"
+    script = [sys.executable, str(ROOT / "tools" / "train_track_model.py"), "--renders", "8", "--size", "64x36",
+              "--threads", "1"]
+    result = subprocess.run([*script, "--out", str(base), "--epochs", "1"], capture_output=True, text=True,
+                            timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    def logits(path: Path, probe: np.ndarray) -> np.ndarray:
+        net = cv2.dnn.readNetFromONNX(str(path))
+        net.setInput(probe)
+        return net.forward()
+
+    probe = np.random.default_rng(0).random((1, 3, 36, 64), dtype=np.float32)
+    loaded, tuned = tmp_path / "loaded.onnx", tmp_path / "tuned.onnx"
+    for out, extra in ((loaded, ["--epochs", "0"]), (tuned, ["--epochs", "2", "--lr", "0.1"])):
+        result = subprocess.run([*script, "--out", str(out), *extra, "--init", str(base)],
+                                capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert json.loads(out.with_suffix(".json").read_text())["init"] == str(base)
+    # read back and exported again untrained, the model computes what the file it came from does
+    np.testing.assert_allclose(logits(loaded, probe), logits(base, probe), atol=1e-4)
+    assert np.abs(logits(tuned, probe) - logits(base, probe)).max() > 1e-3  # and training moves it
+
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "tools"))
+    from train_track_model import TrackAreaNet, fix_batch_norms, load_exported_weights
+
+    model = TrackAreaNet(36, 64)
+    load_exported_weights(model, base)
+    model.train()
+    fix_batch_norms(model)
+    with torch.no_grad():
+        model(torch.rand(4, 3, 36, 64))  # a training-mode pass leaves the folded norms' statistics alone
+    norm = next(m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    assert not norm.training and float(norm.running_mean.abs().max()) == 0.0
+    other = TrackAreaNet(36, 64)
+    other.stem[0] = torch.nn.Conv2d(3, 24, 3, 2, 1, bias=False)  # a network the file's shapes do not fit
+    with pytest.raises(SystemExit, match="another --size"):
+        load_exported_weights(other, base)
+
+
 def _write_labelled_frames(folder: Path) -> None:
     """Four small frames named by number (f_0 ... f_3): 0-2 with a labelled rail pair, 3 a null frame."""
     folder.mkdir(parents=True)
