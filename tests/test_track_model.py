@@ -105,8 +105,12 @@ def test_fine_tuning_starts_from_the_exported_model_and_keeps_its_batch_norms(tm
     assert not norm.training and float(norm.running_mean.abs().max()) == 0.0
     other = TrackAreaNet(36, 64)
     other.stem[0] = torch.nn.Conv2d(3, 24, 3, 2, 1, bias=False)  # a network the file's shapes do not fit
-    with pytest.raises(SystemExit, match="another --size"):
+    with pytest.raises(ValueError, match="another network"):
         load_exported_weights(other, base)
+    result = subprocess.run([*script, "--out", str(tmp_path / "x.onnx"), "--epochs", "0", "--init",
+                             str(tmp_path / "base.json")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 2 and "base.json: not an ONNX model" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "x.onnx").exists()
 
 
 def _write_labelled_frames(folder: Path) -> None:

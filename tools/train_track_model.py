@@ -729,25 +729,31 @@ def load_exported_weights(model: nn.Module, path: Path) -> None:
     The exporter folds each batch norm into the convolution before it (a weight and a bias); here
     each convolution takes the folded weight and its batch norm becomes the identity plus that bias,
     so the model in eval mode computes what the file does. Keep the norms in eval mode while
-    training (``fix_batch_norms``): their batch statistics would undo the folding.
+    training (``fix_batch_norms``): their batch statistics would undo the folding. The weights do not
+    depend on the input size, so a model may be fine-tuned at another ``--size``. ValueError names the
+    file where it is not such a model.
     """
     import onnx  # the `onnx` extra; only this option needs it
     from onnx import numpy_helper
 
-    graph = onnx.load(str(path)).graph
+    try:
+        graph = onnx.load(str(path)).graph
+    except Exception as error:  # a missing, truncated or foreign file: one line naming it
+        raise ValueError(f"{path}: not an ONNX model ({error})") from None
     weights = {tensor.name: numpy_helper.to_array(tensor) for tensor in graph.initializer}
     exported = [node for node in graph.node if node.op_type == "Conv"]
     modules = list(model.modules())
     convolutions = [(module, modules[i + 1] if i + 1 < len(modules) and isinstance(modules[i + 1], nn.BatchNorm2d)
                      else None) for i, module in enumerate(modules) if isinstance(module, nn.Conv2d)]
     if len(exported) != len(convolutions):
-        raise SystemExit(f"{path}: {len(exported)} convolutions, this network has {len(convolutions)}")
+        raise ValueError(f"{path}: {len(exported)} convolutions, this network has {len(convolutions)} "
+                         "(exported by another network)")
     for (conv, norm), node in zip(convolutions, exported, strict=True):
         weight = weights[node.input[1]]
         bias = weights[node.input[2]] if len(node.input) > 2 else np.zeros(weight.shape[0], np.float32)
         if tuple(conv.weight.shape) != weight.shape:
-            raise SystemExit(f"{path}: a convolution of shape {weight.shape} where this network has "
-                             f"{tuple(conv.weight.shape)} (exported at another --size or by another network)")
+            raise ValueError(f"{path}: a convolution of shape {weight.shape} where this network has "
+                             f"{tuple(conv.weight.shape)} (exported by another network)")
         with torch.no_grad():
             conv.weight.copy_(torch.from_numpy(weight.copy()))
             if norm is None:
@@ -813,7 +819,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--real-repeats", type=int, default=8,
                         help="times each --train-real frame is drawn per epoch (each with its own randomisation)")
     parser.add_argument("--init", type=Path, default=None,
-                        help="fine-tune this exported model (same --size) instead of training from random weights")
+                        help="fine-tune this exported model instead of training from random weights")
     parser.add_argument("--cache", type=Path, default=None, help="folder for an npz of the renders")
     parser.add_argument("--workers", type=int, default=None, help="augmentation processes (default: 1 if threads > 1)")
     args = parser.parse_args(argv)
@@ -822,6 +828,13 @@ def main(argv: list[str] | None = None) -> dict:
     cv2.setNumThreads(1)
     _seed_everything(args.seed)
     width, height = _parse_size(args.size)
+    model = TrackAreaNet(height, width)  # before the renders: a bad --init is told in seconds
+    if args.init is not None:
+        try:
+            load_exported_weights(model, args.init)
+        except ValueError as error:
+            parser.error(f"--init {error}")
+        print(f"fine-tuning {args.init}", flush=True)
 
     images, masks = render_set(args.seed, args.renders, width, height, args.threads, args.cache)
     rendered = time.time() - started
@@ -839,10 +852,6 @@ def main(argv: list[str] | None = None) -> dict:
     if real is not None:
         print(f"real check: {len(real)} frames from {', '.join(map(str, args.real))}", flush=True)
 
-    model = TrackAreaNet(height, width)
-    if args.init is not None:
-        load_exported_weights(model, args.init)
-        print(f"fine-tuning {args.init}", flush=True)
     model = model.to(args.device)
     params = sum(p.numel() for p in model.parameters())
     print(f"model: {params} parameters", flush=True)
