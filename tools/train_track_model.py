@@ -807,9 +807,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--platforms", type=float, default=0.0,
                         help="share of samples given a station platform beside the ego track (off by default)")
     parser.add_argument("--randconv", type=float, default=0.0,
-                        help="share of training samples passed through a random convolution (RandConv; 0.5 put "
-                             "47 held-back and 56 unseen real frames on the track against 46 and 60 without, 18 "
-                             "epochs: off by default)")
+                        help="share of training samples passed through a random convolution (RandConv; off by "
+                             "default: measured on docs/benchmarks/real-footage.md)")
     parser.add_argument("--train-real", type=Path, action="append", default=[],
                         help="folder of labelled real frames (labels.json) to train on beside the renders "
                              "(repeatable; off by default: the shipped model is trained on renders only)")
